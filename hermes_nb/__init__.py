@@ -1,0 +1,3 @@
+"""hermes-nb: RL training of language models on verifiable environments, from Jupyter."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,31 @@
+"""The items an environment hands out. Atropos types an item as ``Any``; ``QAItem`` is the common case."""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Item: TypeAlias = Any
+
+
+class QAItem(BaseModel):
+    """A prompt with a checkable answer: what every shipped environment generates."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt: str
+    answer: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class SampledCompletion(BaseModel):
+    """One completion as the inference server sampled it: the exact token ids and their logprobs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str

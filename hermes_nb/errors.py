@@ -1,0 +1,51 @@
+"""The errors a user can cause. Each carries one clear line: what is wrong, with which name, what is accepted."""
+
+from __future__ import annotations
+
+
+class HermesNBError(Exception):
+    """Base of every error hermes-nb raises for a user mistake or an expected failure."""
+
+
+class UnknownEnvironmentError(HermesNBError):
+    pass
+
+
+class NoEnvironmentSelectedError(HermesNBError):
+    pass
+
+
+class EnvironmentLoadError(HermesNBError):
+    """The environment's code could not be imported or its config read (raised in a child process)."""
+
+
+class ConfigError(HermesNBError):
+    """An edit or a config file was refused; the config is unchanged."""
+
+
+class UnknownFieldError(ConfigError):
+    pass
+
+
+class LockedFieldError(ConfigError):
+    pass
+
+
+class InvalidValueError(ConfigError):
+    pass
+
+
+class UnknownRunError(HermesNBError):
+    pass
+
+
+class RunStateError(HermesNBError):
+    """The run is not in a state that allows the request (e.g. resuming a run that is still running)."""
+
+
+class LaunchError(HermesNBError):
+    """A process of a run failed to start; the message names it, the cause and its log file."""
+
+
+class TransferError(HermesNBError):
+    """A transfer-learning or resume input is unusable (missing path, other architecture, no trajectories)."""
