@@ -20,7 +20,21 @@ PROMPT_LOGPROB = 1.0
 class Message(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: str
-    content: str | list[Any]
+    # Required but nullable: atroposlib only checks that the key exists, and an OpenAI tool-call message has
+    # ``"content": null``.
+    content: str | list[Any] | None
+
+
+# Optional fields with one entry per group member; ``masks`` and ``scores`` are required and never empty.
+_PER_SEQUENCE_FIELDS = (
+    "advantages",
+    "ref_logprobs",
+    "inference_logprobs",
+    "overrides",
+    "messages",
+    "distill_token_ids",
+    "distill_logprobs",
+)
 
 
 class ScoredDataGroup(BaseModel):
@@ -45,13 +59,28 @@ class ScoredDataGroup(BaseModel):
     group_overrides: dict[str, Any] | None = None
     images: Any | None = None
     env_id: int | None = None
+    # On-policy distillation (atroposlib): teacher top-k token ids and logprobs, [sequence][position][top_k].
+    distill_token_ids: list[list[list[int]]] | None = None
+    distill_logprobs: list[list[list[float]]] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_means_absent(cls, data: Any) -> Any:
+        # atroposlib's default ``collect_trajectories`` sends ``[]`` for a per-sequence field none of the
+        # members had (advantages, messages, overrides, ...); that means "absent", not "zero sequences".
+        if not isinstance(data, dict):
+            return data
+        empty = [f for f in _PER_SEQUENCE_FIELDS if isinstance(data.get(f), list) and not data[f]]
+        if not empty or not data.get("tokens"):
+            return data
+        return {**data, **dict.fromkeys(empty)}
 
     @model_validator(mode="after")
     def _aligned(self) -> ScoredDataGroup:
         size = len(self.tokens)
         if size == 0:
             raise ValueError("tokens: a scored group needs at least one sequence")
-        for field in ("masks", "scores", "advantages", "inference_logprobs", "overrides", "messages"):
+        for field in ("masks", "scores", *_PER_SEQUENCE_FIELDS):
             value = getattr(self, field)
             if value is not None and len(value) != size:
                 raise ValueError(f"{field}: has {len(value)} entries, tokens has {size}; they must match")
@@ -87,9 +116,12 @@ class RegisterEnv(BaseModel):
 
     max_token_length: int = Field(gt=0)
     desired_name: str
-    weight: float = Field(default=1.0, gt=0)
+    # Any value: atroposlib sends ``inference_weight = -1`` to mean "ignore it"; ``/status-env`` then reports
+    # the minimum share. Only batch composition by ``min_batch_allocation`` affects which groups train.
+    weight: float = 1.0
     group_size: int = Field(default=1, gt=0)
-    min_batch_allocation: float | None = None
+    # The least fraction of every batch this environment's groups should fill, as in atroposlib.
+    min_batch_allocation: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class EnvIdentifier(BaseModel):
@@ -107,7 +139,12 @@ class RegisterEnvResponse(BaseModel):
 
 
 class BatchResponse(BaseModel):
+    """``batch`` is ``None`` while too little data is queued. Before any ``/register`` atroposlib answers
+    ``{"status": "error", "message": ..., "batch": []}``; ``status``/``message`` carry that."""
+
     batch: list[ScoredDataGroup] | None = None
+    status: str | None = None
+    message: str | None = None
 
 
 class StatusResponse(BaseModel):
@@ -132,3 +169,39 @@ class InfoResponse(BaseModel):
 class WandbInfo(BaseModel):
     group: str | None = None
     project: str | None = None
+
+
+class RegisterResponse(BaseModel):
+    """``/register``: an id for this trainer process (atroposlib: ``uuid4().int``)."""
+
+    uuid: int
+
+
+class DisconnectEnvResponse(BaseModel):
+    status: str
+    error: str | None = None
+
+
+class ScoredDataResponse(BaseModel):
+    """``/scored_data``: ``received`` (queued), or ``buffered`` (a group of another size than the environment
+    registered, held until groups combine to that size; ``buffer_size`` counts the sequences waiting)."""
+
+    status: str
+    buffer_size: int | None = None
+
+
+class ScoredDataListResponse(BaseModel):
+    status: str
+    groups_processed: int
+    buffered: int | None = None
+    last_buffer_size: int | None = None
+
+
+class HealthResponse(BaseModel):
+    """``/health`` (hermes-nb only): what the run supervisor polls to know who registered."""
+
+    status: str
+    trainer_registered: bool
+    num_envs: int
+    current_step: int
+    queue_size: int

@@ -1,0 +1,115 @@
+"""Count one letter in a string: answer "count:a:banana=" with "3".
+
+Task: the prompt is ``count:<c>:<s>=`` where ``s`` has ``min_length`` to ``max_length`` letters drawn from the
+first ``alphabet_size`` letters of a-z and ``c`` is one of those letters (it may not occur: the answer is
+then 0).
+Reward: 1.0 when the completion, stripped of surrounding whitespace, is exactly the count in decimal; 0.0
+otherwise.
+Eval: greedy (temperature 0) accuracy over ``eval_items`` held-out problems, whose prompts hash into the
+held-out split (``hermes_nb.env.splits``) and are therefore never training items; reported as
+``eval/percent_correct``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from functools import partial
+
+from pydantic import Field, model_validator
+
+from hermes_nb.env import BaseEnv, BaseEnvConfig, QAItem, ScoredDataGroup, build_scored_group
+from hermes_nb.env.splits import draw_item, heldout_items
+
+# Completions end at the end-of-sequence token; a newline is a second, tokenizer-independent stop.
+STOP = ["\n"]
+ALPHABET = "abcdefghijklmnopqrstuvwxyz"
+
+
+class CountLettersConfig(BaseEnvConfig):
+    min_length: int = Field(default=4, ge=1, le=20, description="Shortest string.")
+    max_length: int = Field(default=8, ge=1, le=20, description="Longest string.")
+    # Few letters make counts above one common; with all 26 most answers would be 0 or 1.
+    alphabet_size: int = Field(default=4, ge=2, le=26, description="Letters drawn from the first N of a-z.")
+
+    @model_validator(mode="after")
+    def _lengths_ordered(self) -> CountLettersConfig:
+        if self.min_length > self.max_length:
+            raise ValueError(f"min_length: {self.min_length} is above max_length {self.max_length}")
+        return self
+
+
+def generate_problem(rng: random.Random, config: CountLettersConfig) -> QAItem:
+    """One problem from ``rng``, on either side of the train/held-out split."""
+    letters = ALPHABET[: config.alphabet_size]
+    text = "".join(rng.choice(letters) for _ in range(rng.randint(config.min_length, config.max_length)))
+    target = rng.choice(letters)
+    return QAItem(prompt=f"count:{target}:{text}=", answer=str(text.count(target)))
+
+
+def train_item(rng: random.Random, config: CountLettersConfig) -> QAItem:
+    return draw_item(partial(generate_problem, config=config), rng, "train")
+
+
+def eval_items(config: CountLettersConfig) -> list[QAItem]:
+    generate = partial(generate_problem, config=config)
+    return heldout_items(generate, config.eval_items, seed=config.seed, task_name=CountLettersEnv.name or "")
+
+
+def score_completion(text: str, answer: str) -> float:
+    return 1.0 if text.strip() == answer else 0.0
+
+
+def max_completion_tokens(config: CountLettersConfig) -> int:
+    # At most two digits (max_length <= 20), the end-of-sequence token, and one spare to fail fast.
+    return 4
+
+
+class CountLettersEnv(BaseEnv):
+    name = "count_letters"
+    env_config_cls = CountLettersConfig
+
+    def __init__(self, config: CountLettersConfig, *args: object, **kwargs: object) -> None:
+        super().__init__(config, *args, **kwargs)  # type: ignore[arg-type]
+        self.config: CountLettersConfig = config
+        self._rng = random.Random(config.seed)
+
+    async def get_next_item(self) -> QAItem:
+        return train_item(self._rng, self.config)
+
+    async def collect_trajectories(self, item: QAItem) -> tuple[ScoredDataGroup | None, list[QAItem]]:
+        completions = await self.server.sample(
+            item.prompt,
+            n=self.config.group_size,
+            max_tokens=max_completion_tokens(self.config),
+            temperature=self.config.temperature,
+            stop=STOP,
+        )
+        scores = [score_completion(c.text, item.answer) for c in completions]
+        self.percent_correct_buffer.extend(scores)
+        group = build_scored_group(
+            completions, scores, ensure_scores_are_not_same=self.config.ensure_scores_are_not_same
+        )
+        return group, []
+
+    async def evaluate(self, *args: object, **kwargs: object) -> dict[str, float]:
+        items = eval_items(self.config)
+        limit = asyncio.Semaphore(self.config.max_eval_workers)
+
+        async def greedy_score(item: QAItem) -> float:
+            async with limit:
+                [completion] = await self.server.sample(
+                    item.prompt,
+                    n=1,
+                    max_tokens=max_completion_tokens(self.config),
+                    temperature=0.0,
+                    stop=STOP,
+                )
+            return score_completion(completion.text, item.answer)
+
+        scores = await asyncio.gather(*(greedy_score(item) for item in items))
+        return {"eval/percent_correct": sum(scores) / len(scores)}
+
+
+if __name__ == "__main__":
+    CountLettersEnv.cli()

@@ -1,0 +1,83 @@
+"""Child process: import one environment file and print its config schema as JSON.
+
+Run as ``python -m hermes_nb._schema_child FILE CLASS``. It is the only place where environment code is imported
+for reading a config, so that an environment that raises, hangs or crashes on import cannot harm the caller
+(see ``hermes_nb.schema``). The answer is the last stdout line that starts with ``MARKER``; anything the
+environment prints itself goes to stderr.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+MARKER = "HERMES_NB_SCHEMA "
+
+
+def _load_class(file: str, class_name: str) -> type:
+    path = Path(file).resolve()
+    # Environments may import sibling helper modules, as when run as a script from their folder.
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(f"hermes_nb_env_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type):
+        raise LookupError(f"{path} defines no class {class_name}")
+    return cls
+
+
+def _dump(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, list | tuple):
+        return [_dump(o) for o in obj]
+    return json.loads(json.dumps(obj, default=str))
+
+
+def _json_schema(config_cls: Any) -> dict[str, Any]:
+    try:
+        schema: dict[str, Any] = config_cls.model_json_schema()
+        return schema
+    except Exception:  # noqa: BLE001 - a field type without a JSON schema: fall back to names and defaults
+        props = {}
+        for name, info in config_cls.model_fields.items():
+            prop: dict[str, Any] = {"title": name, "description": info.description or ""}
+            if not info.is_required():
+                prop["default"] = _dump(info.default)
+            props[name] = prop
+        return {"title": config_cls.__name__, "type": "object", "properties": props}
+
+
+def read(file: str, class_name: str) -> dict[str, Any]:
+    env_cls = _load_class(file, class_name)
+    env_config, server_configs = env_cls.config_init()  # type: ignore[attr-defined]
+    config_cls = type(env_config)
+    return {
+        "config_class": config_cls.__name__,
+        "json_schema": _json_schema(config_cls),
+        "values": _dump(env_config),
+        "server_configs": _dump(server_configs) if isinstance(server_configs, list | tuple) else [],
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m hermes_nb._schema_child FILE CLASS", file=sys.stderr)
+        return 2
+    real_stdout = sys.stdout
+    sys.stdout = sys.stderr  # the environment's own prints must not be mistaken for the answer
+    answer = read(argv[0], argv[1])
+    real_stdout.write(MARKER + json.dumps(answer) + "\n")
+    real_stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,248 @@
+"""``ServerManager``: the environment's async client of the OpenAI-compatible inference server.
+
+An environment calls ``await self.server.sample(prompt, n=...)`` and gets the exact token ids and logprobs the
+policy sampled (the additive ``prompt_token_ids`` / ``token_ids`` fields of ``hermes_nb.protocol.inference``),
+so it never needs a tokenizer of its own. Requests are capped per server (``num_max_requests_at_once``) and
+retried with backoff on connection errors and 5xx for a bounded time: the inference server restarts its
+sampler when new weights arrive, and a worker should wait through that rather than lose its group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from hermes_nb.env.config import APIServerConfig
+from hermes_nb.env.types import SampledCompletion
+from hermes_nb.errors import HermesNBError
+from hermes_nb.protocol.inference import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatMessage,
+    CompletionRequest,
+    CompletionResponse,
+    GenerateRequest,
+    GenerateResponse,
+    HealthResponse,
+)
+
+logger = logging.getLogger(__name__)
+
+ResponseT = TypeVar("ResponseT", bound=BaseModel)
+
+# How long one request keeps retrying a server that is down or answering 5xx before giving up: long enough to
+# ride out a sampler reload on a CPU, short enough that a dead server surfaces as an error within minutes.
+DEFAULT_RETRY_SECONDS = 120.0
+# Backoff between retries: starts short (a reload often takes well under a second), doubles, capped.
+FIRST_BACKOFF_S = 0.2
+MAX_BACKOFF_S = 5.0
+# 429 is "busy, try later"; 5xx are server faults that a restart may fix. Other 4xx are our request's fault.
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+RETRY_ERRORS = (httpx.TransportError,)
+
+
+class InferenceError(HermesNBError):
+    """The inference server refused a request, returned something unusable, or stayed unreachable."""
+
+
+class _Endpoint:
+    """One inference server: its URLs, its key header, and the per-loop client and concurrency limit."""
+
+    def __init__(self, config: APIServerConfig, transport: httpx.AsyncBaseTransport | None) -> None:
+        self.config = config
+        self.v1_url = config.base_url.rstrip("/")
+        # /generate and /health live at the server root, beside /v1.
+        self.root_url = self.v1_url.removesuffix("/v1")
+        self._transport = transport
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._limit: asyncio.Semaphore | None = None
+        self.in_flight = 0
+
+    def headers(self) -> dict[str, str]:
+        name = self.config.api_key_env
+        key = os.environ.get(name) if name else None
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def bound(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        """The client and limit for the running loop: both are tied to a loop, and a notebook may use several."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._limit is None or self._loop is not loop:
+            self._loop = loop
+            self._client = httpx.AsyncClient(
+                transport=self._transport, timeout=httpx.Timeout(self.config.timeout, connect=10.0)
+            )
+            self._limit = asyncio.Semaphore(self.config.num_max_requests_at_once)
+        return self._client, self._limit
+
+    async def aclose(self) -> None:
+        client, self._client, self._loop, self._limit = self._client, None, None, None
+        if client is None:
+            return
+        try:
+            await client.aclose()
+        except RuntimeError:
+            pass  # the loop it was bound to is gone; its sockets went with it
+
+
+class ServerManager:
+    """Async client over one or more inference servers (requests go to the least busy one)."""
+
+    def __init__(
+        self,
+        server_configs: Sequence[APIServerConfig],
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
+    ) -> None:
+        configs = list(server_configs) or [APIServerConfig()]
+        self.servers = [_Endpoint(config, transport) for config in configs]
+        self.retry_seconds = retry_seconds
+
+    # ---- the RL call ---------------------------------------------------------------------------------------
+    async def sample(
+        self,
+        prompt: str,
+        *,
+        n: int = 1,
+        max_tokens: int = 16,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        stop: list[str] | None = None,
+    ) -> list[SampledCompletion]:
+        """``n`` completions of ``prompt`` with the prompt's token ids and each sampled token's logprob."""
+        response = await self.completion(
+            prompt=prompt, n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, stop=stop, logprobs=1
+        )
+        return completions_from_response(response)
+
+    # ---- OpenAI-compatible and token-level calls -----------------------------------------------------------
+    async def completion(self, **kwargs: Any) -> CompletionResponse:
+        endpoint = self._pick()
+        kwargs.setdefault("model", endpoint.config.model_name)
+        request = _validated(CompletionRequest, kwargs)
+        return await self._post(endpoint, "/v1/completions", request, CompletionResponse)
+
+    async def chat_completion(
+        self, messages: Sequence[ChatMessage | dict[str, Any]], **kwargs: Any
+    ) -> ChatCompletionResponse:
+        endpoint = self._pick()
+        kwargs.setdefault("model", endpoint.config.model_name)
+        request = _validated(ChatCompletionRequest, {**kwargs, "messages": list(messages)})
+        return await self._post(endpoint, "/v1/chat/completions", request, ChatCompletionResponse)
+
+    async def generate(self, request: GenerateRequest) -> GenerateResponse:
+        return await self._post(self._pick(), "/generate", request, GenerateResponse)
+
+    async def health(self) -> HealthResponse:
+        """The first server's ``/health`` (one attempt: callers polling for start-up do their own waiting)."""
+        endpoint = self.servers[0]
+        client, _ = endpoint.bound()
+        response = await client.get(endpoint.root_url + "/health", headers=endpoint.headers())
+        return _parse(response, HealthResponse, endpoint.root_url + "/health")
+
+    async def aclose(self) -> None:
+        for endpoint in self.servers:
+            await endpoint.aclose()
+
+    # ---- plumbing ------------------------------------------------------------------------------------------
+    def _pick(self) -> _Endpoint:
+        return min(self.servers, key=lambda e: e.in_flight / e.config.num_max_requests_at_once)
+
+    async def _post(
+        self, endpoint: _Endpoint, path: str, request: BaseModel, response_type: type[ResponseT]
+    ) -> ResponseT:
+        url = endpoint.root_url + path
+        body = request.model_dump(mode="json", exclude_none=True)
+        client, limit = endpoint.bound()
+        endpoint.in_flight += 1
+        try:
+            async with limit:
+                response = await self._post_with_retries(client, url, body, endpoint.headers())
+        finally:
+            endpoint.in_flight -= 1
+        return _parse(response, response_type, url)
+
+    async def _post_with_retries(
+        self, client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> httpx.Response:
+        deadline = time.monotonic() + self.retry_seconds
+        backoff = FIRST_BACKOFF_S
+        while True:
+            try:
+                response = await client.post(url, json=body, headers=headers)
+                if response.status_code not in RETRY_STATUS:
+                    return response
+                problem = f"HTTP {response.status_code}"
+            except RETRY_ERRORS as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() + backoff > deadline:
+                raise InferenceError(
+                    f"inference server {url} still failing after {self.retry_seconds:.0f} s ({problem})"
+                )
+            logger.debug("inference %s: %s; retrying in %.1f s", url, problem, backoff)
+            # Jitter so that many workers retrying at once do not hit a restarting server in lockstep.
+            await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+
+def _validated(model: type[ResponseT], values: dict[str, Any]) -> ResponseT:
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InferenceError(f"{model.__name__}.{where}: {first['msg']} (got {first.get('input')!r})") from None
+
+
+def _parse(response: httpx.Response, response_type: type[ResponseT], url: str) -> ResponseT:
+    if response.status_code >= 400:
+        raise InferenceError(f"inference server {url} answered HTTP {response.status_code}: {_detail(response)}")
+    try:
+        return response_type.model_validate_json(response.content)
+    except ValidationError as exc:
+        raise InferenceError(f"inference server {url} returned an invalid {response_type.__name__}: {exc}") from None
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text[:300]
+    if isinstance(data, dict) and "detail" in data:
+        return str(data["detail"])[:300]
+    return str(data)[:300]
+
+
+def completions_from_response(response: CompletionResponse) -> list[SampledCompletion]:
+    """One ``SampledCompletion`` per choice, checking that the server sent a logprob for every sampled token."""
+    if not response.prompt_token_ids:
+        raise InferenceError("inference server returned no prompt_token_ids; it must fill this additive field")
+    prompt_ids = response.prompt_token_ids[0]
+    completions = []
+    for choice in response.choices:
+        if choice.logprobs is None:
+            raise InferenceError("inference server returned no logprobs although logprobs=1 was requested")
+        logprobs_T = choice.logprobs.token_logprobs
+        if len(logprobs_T) != len(choice.token_ids):
+            raise InferenceError(
+                f"choice {choice.index}: {len(logprobs_T)} logprobs for {len(choice.token_ids)} token_ids"
+            )
+        completions.append(
+            SampledCompletion(
+                text=choice.text,
+                prompt_token_ids=prompt_ids,
+                token_ids=choice.token_ids,
+                logprobs=logprobs_T,
+                finish_reason=choice.finish_reason,
+            )
+        )
+    return completions

@@ -1,0 +1,175 @@
+"""Batched autoregressive sampling with a KV cache, one row per requested sequence.
+
+Rows from many requests run as one batch: prompts are left-padded (position ids count real tokens only), the
+cache is extended one token per step, each row has its own temperature, top-p, token budget and stop
+conditions, and rows that finish leave the batch (the cache is sliced) so the tail of a batch costs only what
+is still running.
+
+Logprobs: each returned logprob is the sampled token's logprob under the distribution it was actually drawn
+from — ``softmax(logits / temperature)`` restricted to the top-p nucleus and renormalised. At temperature 1
+and top_p 1 that is the model's own forward-pass logprob. This is what an importance ratio needs (``q`` in
+``p_current / q``). Greedy rows (temperature 0) draw from a point mass, so their logprob is 0.0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from hermes_nb.protocol.inference import FinishReason
+
+# Keeps Gumbel noise finite: u in (0, 1) strictly, so -log(-log(u)) never hits +-inf.
+_UNIFORM_EPS = 1e-10
+
+
+@dataclass(frozen=True)
+class SampleRow:
+    """One sequence to generate."""
+
+    prompt: list[int]
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop_token_ids: frozenset[int] = frozenset()
+    stop_strings: tuple[str, ...] = ()
+    # A seeded row draws its noise from its own generator: same output whatever else shares the batch.
+    seed: int | None = None
+
+
+@dataclass
+class RowResult:
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: FinishReason = "length"
+
+
+def left_pad(prompts: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(input_ids [B, L], attention_mask [B, L], position_ids [B, L])`` with prompts aligned to the right."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, prompt in enumerate(prompts):
+        ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        mask[i, width - len(prompt) :] = 1
+    # Real tokens get positions 0..len-1 whatever their padding; padding positions are masked anyway.
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids, mask, positions
+
+
+def sampling_logprobs(logits_BV: torch.Tensor, temperature_B: torch.Tensor, top_p_B: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities of the distribution each row samples from (temperature, then top-p), ``[B, V]``."""
+    # Greedy rows (temperature 0) are scaled by 1: only their argmax is used.
+    scale_B = torch.where(temperature_B > 0, temperature_B, torch.ones_like(temperature_B))
+    logp_BV = torch.log_softmax(logits_BV.float() / scale_B[:, None], dim=-1)
+    if bool((top_p_B < 1.0).any()):
+        logp_BV = _nucleus(logp_BV, top_p_B)
+    return logp_BV
+
+
+def _nucleus(logp_BV: torch.Tensor, top_p_B: torch.Tensor) -> torch.Tensor:
+    sorted_BV, order_BV = logp_BV.sort(dim=-1, descending=True)
+    probs_BV = sorted_BV.exp()
+    # Mass strictly before each token; a token is kept while that mass is below top_p (the first always is).
+    before_BV = probs_BV.cumsum(-1) - probs_BV
+    drop_sorted_BV = before_BV >= top_p_B[:, None]
+    drop_BV = torch.zeros_like(drop_sorted_BV).scatter(-1, order_BV, drop_sorted_BV)
+    kept_BV = logp_BV.masked_fill(drop_BV, float("-inf"))
+    return kept_BV - torch.logsumexp(kept_BV, dim=-1, keepdim=True)
+
+
+def draw(logp_BV: torch.Tensor, rows: Sequence[SampleRow], generators: dict[int, torch.Generator],
+         batch_generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row (Gumbel-max, exact for the categorical) -> ``(tokens [B], logprobs [B])``."""
+    uniform_BV = torch.rand(logp_BV.shape, generator=batch_generator)
+    for i, row in enumerate(rows):
+        if row.seed is not None:
+            uniform_BV[i] = torch.rand(logp_BV.shape[1], generator=generators[i])
+    uniform_BV = uniform_BV.clamp(_UNIFORM_EPS, 1.0 - _UNIFORM_EPS)
+    gumbel_BV = -torch.log(-torch.log(uniform_BV))
+    greedy_B = torch.tensor([row.temperature == 0 for row in rows])
+    noisy_BV = torch.where(greedy_B[:, None], logp_BV, logp_BV + gumbel_BV)
+    tokens_B = noisy_BV.argmax(dim=-1)
+    chosen_B = logp_BV.gather(-1, tokens_B[:, None]).squeeze(-1)
+    return tokens_B, torch.where(greedy_B, torch.zeros_like(chosen_B), chosen_B)
+
+
+class _Batch:
+    """The rows still running, their results, and per-row sampling settings as tensors."""
+
+    def __init__(self, rows: Sequence[SampleRow]) -> None:
+        self.rows = list(rows)
+        self.active = list(range(len(rows)))  # index into rows of each batch position
+        self.results = [RowResult() for _ in rows]
+        self.temperature_B = torch.tensor([r.temperature for r in rows], dtype=torch.float32)
+        self.top_p_B = torch.tensor([r.top_p for r in rows], dtype=torch.float32)
+        self.generators = {i: torch.Generator().manual_seed(r.seed) for i, r in enumerate(rows) if r.seed is not None}
+
+    def keep(self, positions: list[int]) -> None:
+        self.active = [self.active[p] for p in positions]
+        index = torch.tensor(positions, dtype=torch.long)
+        self.temperature_B = self.temperature_B[index]
+        self.top_p_B = self.top_p_B[index]
+
+
+def _finished(row: SampleRow, result: RowResult, token: int, decode: Callable[[list[int]], str]) -> bool:
+    if token in row.stop_token_ids:
+        result.finish_reason = "stop"
+        return True
+    if row.stop_strings and any(s in decode(result.token_ids) for s in row.stop_strings):
+        result.finish_reason = "stop"
+        return True
+    if len(result.token_ids) >= row.max_tokens:
+        result.finish_reason = "length"
+        return True
+    return False
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    rows: Sequence[SampleRow],
+    *,
+    pad_id: int,
+    decode: Callable[[list[int]], str],
+    generator: torch.Generator,
+) -> list[RowResult]:
+    """Generate every row in one batch with a KV cache. ``model`` is a Hugging Face causal LM (eval mode)."""
+    from transformers import DynamicCache
+
+    if not rows:
+        return []
+    batch = _Batch(rows)
+    ids_BL, mask_BL, positions_BL = left_pad([r.prompt for r in rows], pad_id)
+    cache = DynamicCache()
+    out = model(input_ids=ids_BL, attention_mask=mask_BL, position_ids=positions_BL, past_key_values=cache,
+                use_cache=True)
+    next_position_B = positions_BL[:, -1] + 1
+    logits_BV = out.logits[:, -1, :]
+    while True:
+        logp_BV = sampling_logprobs(logits_BV, batch.temperature_B, batch.top_p_B)
+        tokens_B, chosen_B = draw(logp_BV, [rows[i] for i in batch.active],
+                                  {p: batch.generators[i] for p, i in enumerate(batch.active) if i in batch.generators},
+                                  generator)
+        running: list[int] = []
+        for position, row_index in enumerate(batch.active):
+            result, token = batch.results[row_index], int(tokens_B[position])
+            result.token_ids.append(token)
+            result.logprobs.append(float(chosen_B[position]))
+            if not _finished(rows[row_index], result, token, decode):
+                running.append(position)
+        if not running:
+            return batch.results
+        if len(running) < len(batch.active):
+            # Finished rows leave the batch: slice the cache, the mask and the per-row settings to the others.
+            index = torch.tensor(running, dtype=torch.long)
+            cache.batch_select_indices(index)
+            mask_BL, tokens_B, next_position_B = mask_BL[index], tokens_B[index], next_position_B[index]
+            batch.keep(running)
+        mask_BL = torch.cat([mask_BL, torch.ones((len(running), 1), dtype=torch.long)], dim=1)
+        out = model(input_ids=tokens_B[:, None], attention_mask=mask_BL, position_ids=next_position_B[:, None],
+                    past_key_values=cache, use_cache=True)
+        next_position_B = next_position_B + 1
+        logits_BV = out.logits[:, -1, :]

@@ -1,0 +1,151 @@
+"""The four-panel metrics figure, drawn off-screen with matplotlib's Agg canvas.
+
+No pyplot: a ``Figure`` with its own ``FigureCanvasAgg`` touches no global state, so the plot never leaks into
+(or is shown twice by) the notebook's inline backend.
+
+Redraws are blits. Drawing the axes, ticks and labels is most of the cost of a frame (the lines are cheap), so
+they are drawn once into a cached background; a frame restores that background and draws only the lines,
+which are created once per run and panel and moved with ``set_data``. The axis limits grow in steps with
+headroom (``limits.grow``), so new points rarely force the background to be drawn again.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from PIL import Image
+
+from hermes_nb.plotting.limits import Limits, grow
+from hermes_nb.plotting.series import RunSeries
+from hermes_nb.protocol.metrics import (
+    EVAL_PERCENT_CORRECT,
+    TRAIN_LOSS,
+    TRAIN_PERCENT_CORRECT,
+    TRAIN_REWARD_MEAN,
+)
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    key: str
+
+
+PANELS = (
+    Panel("Reward (mean)", TRAIN_REWARD_MEAN),
+    Panel("Percent correct (train)", TRAIN_PERCENT_CORRECT),
+    Panel("Percent correct (eval)", EVAL_PERCENT_CORRECT),
+    Panel("Loss", TRAIN_LOSS),
+)
+PLOTTED_KEYS = tuple(panel.key for panel in PANELS)
+
+# 10 x 6.4 in at 80 dpi = 800 x 512 px: readable in a notebook column, small enough that encoding the PNG stays
+# well inside the 100 ms redraw budget.
+FIGSIZE_IN = (10.0, 6.4)
+DPI = 80
+# Fixed margins: constrained layout re-measures every tick label on every draw, about half a full redraw.
+MARGINS = {"left": 0.07, "right": 0.985, "bottom": 0.08, "top": 0.95, "wspace": 0.2, "hspace": 0.38}
+# zlib level 1: a few percent larger than the default level 6 and several times faster to encode.
+PNG_COMPRESS_LEVEL = 1
+# The raw curve stays visible behind the smoothed one, faintly, as TensorBoard does.
+RAW_ALPHA_WHEN_SMOOTHED = 0.25
+
+
+@dataclass
+class _RunLines:
+    raw: list[Line2D]
+    smooth: list[Line2D]
+
+
+class MetricsFigure:
+    """One figure, four panels, one colour per run: ``update(series)`` then ``render_png()``."""
+
+    def __init__(self, labels: Sequence[str], smoothing: float = 0.0) -> None:
+        if not 0.0 <= smoothing < 1.0:
+            raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+        self.smoothing = smoothing
+        self.figure = Figure(figsize=FIGSIZE_IN, dpi=DPI)
+        self.figure.subplots_adjust(**MARGINS)
+        self._canvas = FigureCanvasAgg(self.figure)
+        self._axes: list[Axes] = list(self.figure.subplots(2, 2).flat)
+        for ax, panel in zip(self._axes, PANELS, strict=True):
+            ax.set_title(panel.title, fontsize=10)
+            ax.set_xlabel("step", fontsize=8)
+            ax.tick_params(labelsize=8)
+            ax.grid(alpha=0.3)
+        self._limits: list[Limits | None] = [None] * len(PANELS)
+        self._lines = {label: self._make_lines(label, index) for index, label in enumerate(labels)}
+        if len(labels) > 1:
+            self._axes[0].legend(fontsize=8, loc="best")
+        self._background: object | None = None
+        self.full_redraws = 0  # how often the background had to be drawn again (benchmarks report it)
+
+    def _make_lines(self, label: str, index: int) -> _RunLines:
+        color = f"C{index % 10}"
+        raw_alpha = RAW_ALPHA_WHEN_SMOOTHED if self.smoothing > 0 else 1.0
+        # animated: left out of the background draw, drawn by the blit in render_png.
+        raw = [ax.plot([], [], color=color, alpha=raw_alpha, lw=1.0, animated=True)[0] for ax in self._axes]
+        smooth = [ax.plot([], [], color=color, lw=1.5, animated=True)[0] for ax in self._axes]
+        # The legend names one line per run: the one drawn at full strength.
+        (smooth if self.smoothing > 0 else raw)[0].set_label(label)
+        return _RunLines(raw=raw, smooth=smooth)
+
+    def update(self, series: Mapping[str, RunSeries]) -> None:
+        """Point every line at the current data; widen an axis only when the data leaves its limits."""
+        for label, run in series.items():
+            lines = self._lines[label]
+            for index, panel in enumerate(PANELS):
+                steps, values = run.arrays(panel.key)
+                lines.raw[index].set_data(steps, values)
+                if self.smoothing > 0:
+                    lines.smooth[index].set_data(steps, run.smoothed(panel.key, self.smoothing))
+        for index in range(len(PANELS)):
+            self._fit_panel(index, series)
+
+    def _fit_panel(self, index: int, series: Mapping[str, RunSeries]) -> None:
+        arrays = [run.arrays(PANELS[index].key) for run in series.values()]
+        steps = [s for s, _ in arrays if s.size]
+        if not steps:
+            return
+        values = np.concatenate([v for _, v in arrays if v.size])
+        data = Limits(
+            x=(0.0, float(max(s[-1] for s in steps))),
+            y=(float(np.nanmin(values)), float(np.nanmax(values))),
+        )
+        new = grow(self._limits[index], data)
+        if new == self._limits[index]:
+            return
+        self._limits[index] = new
+        self._axes[index].set_xlim(*new.x)
+        self._axes[index].set_ylim(*new.y)
+        self._background = None
+
+    def render_png(self) -> bytes:
+        if self._background is None:
+            self._canvas.draw()  # everything but the animated lines
+            self._background = self._canvas.copy_from_bbox(self.figure.bbox)
+            self.full_redraws += 1
+        else:
+            self._canvas.restore_region(self._background)
+        for lines in self._lines.values():
+            for ax, raw, smooth in zip(self._axes, lines.raw, lines.smooth, strict=True):
+                ax.draw_artist(raw)
+                ax.draw_artist(smooth)
+        width, height = self._canvas.get_width_height()
+        image = Image.frombuffer("RGBA", (width, height), self._canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+        buffer = io.BytesIO()
+        image.save(buffer, format="png", compress_level=PNG_COMPRESS_LEVEL)
+        return buffer.getvalue()
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_bytes(self.render_png())
+        return path

@@ -1,0 +1,245 @@
+"""Typed results of the ``rl_*`` calls, each with a JSON form, a text form and an HTML form for notebooks.
+
+A result subclasses ``Result`` and overrides ``_text_lines()`` (and ``_html_body()`` where a table reads better).
+``to_dict()`` keeps the keys the original Hermes tool answered with (``file_path``, ``configurable_fields``,
+``message`` ...), so code written against that tool reads these answers unchanged. Every form is passed through
+``redact`` so that a key value can never be shown, whatever a field happens to contain.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hermes_nb import home
+from hermes_nb.discovery import DiscoveryError, EnvironmentInfo
+
+REDACTED = "***"
+
+
+def redact(value: Any) -> Any:
+    """``value`` with every known key's value replaced by ``***`` (strings inside dicts and lists too)."""
+    secrets = home.secret_values()
+    if not secrets:
+        return value
+    return _redact(value, secrets)
+
+
+def _redact(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {_redact(k, secrets): _redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact(v, secrets) for v in value]
+    return value
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_short(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _short(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+class Result(BaseModel):
+    """Base of every ``rl_*`` result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able answer with the original tool's keys."""
+        data: dict[str, Any] = redact(self._dict())
+        return data
+
+    def _dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def _text_lines(self) -> list[str]:
+        return [json.dumps(self._dict(), indent=2, default=str)]
+
+    def _html_body(self) -> str:
+        return f"<pre>{html.escape(chr(10).join(self._text_lines()))}</pre>"
+
+    def __str__(self) -> str:
+        text: str = redact("\n".join(self._text_lines()))
+        return text
+
+    def _repr_html_(self) -> str:
+        body: str = redact(self._html_body())
+        return f"<div class='hermes-nb-result'>{body}</div>"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython's plain-text form: the readable text, not the field-by-field repr."""
+        printer.text(str(self))
+
+
+class EnvironmentList(Result):
+    environments: list[EnvironmentInfo] = Field(default_factory=list)
+    errors: list[DiscoveryError] = Field(default_factory=list)
+
+    def _dict(self) -> dict[str, Any]:
+        return {
+            "environments": [
+                {
+                    "name": env.name,
+                    "class_name": env.class_name,
+                    "file_path": env.file,
+                    "description": env.description,
+                    "config_class": env.config_class,
+                }
+                for env in self.environments
+            ],
+            "count": len(self.environments),
+            "errors": [e.model_dump(mode="json") for e in self.errors],
+            "tips": ["Use rl_select_environment(name) to select an environment"],
+        }
+
+    def _text_lines(self) -> list[str]:
+        lines = [f"{len(self.environments)} environment(s):"]
+        width = max((len(env.name) for env in self.environments), default=0)
+        lines += [f"  {env.name:<{width}}  {env.description}" for env in self.environments]
+        lines += [f"  ! {e.file}:{e.line or '?'}: {e.message}" for e in self.errors]
+        return lines
+
+    def _html_body(self) -> str:
+        rows = [[e.name, e.class_name, e.description, e.file] for e in self.environments]
+        out = _table(["name", "class", "description", "file"], rows)
+        if self.errors:
+            out += "<p><b>Not scanned:</b></p>" + _table(
+                ["file", "line", "problem"], [[e.file, e.line or "", e.message] for e in self.errors]
+            )
+        return out
+
+
+class ConfigField(BaseModel):
+    name: str  # dotted: env.group_size, trainer.learning_rate, wandb.project
+    type: str
+    default: Any = None
+    value: Any = None
+    description: str = ""
+    constraints: dict[str, Any] = Field(default_factory=dict)
+
+
+class LockedField(BaseModel):
+    name: str
+    value: Any = None
+
+
+class ConfigView(Result):
+    environment: str | None = None
+    configurable: list[ConfigField] = Field(default_factory=list)
+    locked: list[LockedField] = Field(default_factory=list)
+
+    def _dict(self) -> dict[str, Any]:
+        return {
+            "environment": self.environment,
+            "configurable_fields": [
+                {**f.model_dump(mode="json"), "current_value": _jsonable(f.value)} for f in self.configurable
+            ],
+            "locked_fields": [{**f.model_dump(mode="json"), "locked_value": _jsonable(f.value)} for f in self.locked],
+            "tip": "Use rl_edit_config(field, value) to change any configurable field.",
+        }
+
+    def values(self) -> dict[str, Any]:
+        """Current value of every configurable field, by dotted name."""
+        return {f.name: f.value for f in self.configurable}
+
+    def _text_lines(self) -> list[str]:
+        lines = [f"environment: {self.environment or '(none selected)'}"]
+        width = max((len(f.name) for f in [*self.configurable, *self.locked]), default=0)
+        for f in self.configurable:
+            mark = "" if f.value == f.default else f"   (default {_short(f.default)})"
+            lines.append(f"  {f.name:<{width}} = {_short(f.value)}{mark}")
+        lines.append("locked:")
+        lines += [f"  {f.name:<{width}} = {_short(f.value)}" for f in self.locked]
+        return lines
+
+    def _html_body(self) -> str:
+        rows = [[f.name, f.value, f.default, f.type, _constraint_text(f.constraints), f.description] for f in self.configurable]
+        title = f"<p><b>environment:</b> {html.escape(self.environment or '(none selected)')}</p>"
+        locked = _table(["locked field", "value"], [[f.name, f.value] for f in self.locked])
+        return title + _table(["field", "value", "default", "type", "accepted", "description"], rows) + locked
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _constraint_text(constraints: dict[str, Any]) -> str:
+    symbols = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    parts = [f"{symbols.get(k, k)} {_short(v)}" for k, v in constraints.items() if k != "choices"]
+    if "choices" in constraints:
+        parts.append("one of " + ", ".join(_short(c) for c in constraints["choices"]))
+    return ", ".join(parts)
+
+
+class SelectionResult(Result):
+    environment: EnvironmentInfo
+    config: ConfigView
+    message: str = ""
+
+    def _dict(self) -> dict[str, Any]:
+        return {
+            "message": self.message,
+            "environment": self.environment.name,
+            "file_path": self.environment.file,
+            "class_name": self.environment.class_name,
+            "config_class": self.environment.config_class,
+            "configurable_fields": len(self.config.configurable),
+        }
+
+    def _text_lines(self) -> list[str]:
+        return [self.message, f"  file: {self.environment.file}", *self.config._text_lines()]
+
+    def _html_body(self) -> str:
+        return f"<p>{html.escape(self.message)}</p>" + self.config._html_body()
+
+
+class EditResult(Result):
+    changed: dict[str, Any] = Field(default_factory=dict)  # dotted name -> new value
+    previous: dict[str, Any] = Field(default_factory=dict)  # dotted name -> value before
+    ignored: list[str] = Field(default_factory=list)  # locked fields a loaded file carried (not applied)
+    source: str | None = None  # the config file, for rl_load_config
+    config: ConfigView
+
+    @property
+    def message(self) -> str:
+        if not self.changed:
+            return "No change" + (f" from {self.source}" if self.source else "")
+        updates = ", ".join(f"{k} = {_short(v)}" for k, v in self.changed.items())
+        return f"Updated {updates}" + (f" (from {self.source})" if self.source else "")
+
+    def _dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"message": self.message}
+        if len(self.changed) == 1:
+            ((field, value),) = self.changed.items()
+            out.update(field=field, value=_jsonable(value))
+        out.update(
+            changed=_jsonable(self.changed),
+            previous=_jsonable(self.previous),
+            ignored=self.ignored,
+            source=self.source,
+            config=_jsonable(self.config.values()),
+        )
+        return out
+
+    def _text_lines(self) -> list[str]:
+        lines = [self.message]
+        lines += [f"  {k}: {_short(self.previous.get(k))} -> {_short(v)}" for k, v in self.changed.items()]
+        if self.ignored:
+            lines.append("  not applied (locked): " + ", ".join(self.ignored))
+        return lines
+
+    def _html_body(self) -> str:
+        rows = [[k, self.previous.get(k), v] for k, v in self.changed.items()]
+        note = f"<p>not applied (locked): {html.escape(', '.join(self.ignored))}</p>" if self.ignored else ""
+        return f"<p>{html.escape(self.message)}</p>" + (_table(["field", "was", "now"], rows) if rows else "") + note

@@ -1,0 +1,65 @@
+"""The async run-lifecycle functions of the public API; ``hermes_nb.api`` re-exports them.
+
+The work is blocking file and process handling, so each call runs it in a worker thread: a notebook's event
+loop (and the widgets refreshing on it) is never blocked by a stop that waits for a final checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hermes_nb import editing
+from hermes_nb.api import current_state
+from hermes_nb.errors import NoEnvironmentSelectedError
+from hermes_nb.runs import history, launcher, status, stop
+from hermes_nb.runs.reports import LogTail, RunList, RunResults, RunStatus, StartResult, StopResult
+
+
+async def rl_start_training(**overrides: Any) -> StartResult:
+    """Start a run of the selected environment with the current config (plus ``overrides``, not saved).
+
+    ``overrides`` take the same names as ``rl_edit_config`` (``total_steps=5``, ``trainer.learning_rate=1e-3``
+    via ``**{"trainer.learning_rate": 1e-3}``) and are validated the same way, all-or-nothing.
+    """
+    state = current_state()
+    if state.config.environment is None:
+        raise NoEnvironmentSelectedError(f"no environment selected: {editing.SELECT_FIRST}")
+    if overrides:
+        state, _, _ = editing.apply_edits(state, overrides)
+    resolved, run_state, paths = await asyncio.to_thread(launcher.start_run, state.config)
+    return StartResult(
+        run_id=run_state.run_id,
+        status=run_state.status,
+        environment=run_state.environment,
+        run_dir=str(paths.run_dir),
+        logs={name: str(path) for name, path in paths.logs.items()},
+        wandb_project=resolved.wandb.project,
+        wandb_run_name=resolved.wandb.run_name or "",
+        total_steps=run_state.total_steps,
+    )
+
+
+async def rl_check_status(run_id: str | None = None) -> RunStatus:
+    """Status of a run (the newest when ``run_id`` is None): processes, progress, latest metrics, errors."""
+    return await asyncio.to_thread(status.check_status, run_id)
+
+
+async def rl_stop_training(run_id: str | None = None, wait: bool = True) -> StopResult:
+    """Stop a run gracefully (final checkpoint first); idempotent."""
+    return await asyncio.to_thread(stop.stop_run, run_id, wait=wait)
+
+
+async def rl_list_runs() -> RunList:
+    """Every run in this home, newest first, with its status."""
+    return await asyncio.to_thread(history.list_runs)
+
+
+async def rl_get_results(run_id: str | None = None) -> RunResults:
+    """Final and best metrics, the metric history, checkpoints and the final weights path of a run."""
+    return await asyncio.to_thread(history.get_results, run_id)
+
+
+async def rl_tail_logs(run_id: str | None = None, process: str = "trainer", lines: int = 50) -> LogTail:
+    """The last ``lines`` lines of a run's ``api``, ``trainer``, ``env`` or ``supervisor`` log."""
+    return await asyncio.to_thread(history.tail_logs, run_id, process, lines)

@@ -1,0 +1,173 @@
+"""Starting, identifying and ending the processes of a run.
+
+Each process of a run starts in its own session (so its own process group): stopping signals the whole group,
+reaching the grandchildren (uvicorn workers, W&B's service) that the tool this replaces left behind. A process
+is named by pid *and* start time, so a pid the OS reused for something else is never signalled.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import psutil
+
+from hermes_nb.runs.state import ProcessRecord
+
+# Linux: ask the kernel to SIGTERM a child when the supervisor dies, so a supervisor killed with -9 orphans nothing.
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    log_path: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    die_with_parent: bool = True,
+) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
+    """Start ``argv`` in a new session with stdout and stderr appended to ``log_path``.
+
+    Secrets reach the child through ``env`` only; ``argv`` never carries one.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab", buffering=0) as log:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+            cwd=str(cwd) if cwd else None,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
+        )
+    record = ProcessRecord(
+        name=name, pid=proc.pid, started_at=process_start_time(proc.pid) or time.time(), log_path=str(log_path)
+    )
+    return proc, record
+
+
+def process_start_time(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def is_same_process_alive(record: ProcessRecord) -> bool:
+    """True when ``record.pid`` is alive *and* is the process that was started (same start time)."""
+    try:
+        proc = psutil.Process(record.pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        # create_time is rounded differently by platforms; a reused pid starts much later than 1 s apart.
+        return abs(proc.create_time() - record.started_at) < 1.0
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def descendants(record: ProcessRecord) -> list[psutil.Process]:
+    if not is_same_process_alive(record):
+        return []
+    try:
+        return list(psutil.Process(record.pid).children(recursive=True))
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _killpg_quietly(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    # Zombies keep the group "alive" to killpg(0) until reaped; only count live members.
+    return any(_in_group_and_live(p, pgid) for p in psutil.process_iter(["pid"]))
+
+
+def _in_group_and_live(proc: psutil.Process, pgid: int) -> bool:
+    try:
+        return os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE
+    except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+        return False
+
+
+def terminate_groups(records: Iterable[ProcessRecord], *, grace_seconds: float) -> None:
+    """SIGTERM each group, wait up to ``grace_seconds`` for all of them, then SIGKILL what is left."""
+    pgids = [r.pid for r in records]
+    for pgid in pgids:
+        _killpg_quietly(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline and any(group_alive(p) for p in pgids):
+        time.sleep(0.05)
+    for pgid in pgids:
+        if group_alive(pgid):
+            _killpg_quietly(pgid, signal.SIGKILL)
+
+
+def kill_processes(processes: Iterable[psutil.Process]) -> None:
+    for proc in processes:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def tail_lines(path: Path, lines: int) -> list[str]:
+    """The last ``lines`` lines of a text file, reading only its end."""
+    if lines <= 0 or not path.is_file():
+        return []
+    chunk = 8192
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        end = handle.tell()
+        data = b""
+        while end > 0 and data.count(b"\n") <= lines:
+            start = max(0, end - chunk)
+            handle.seek(start)
+            data = handle.read(end - start) + data
+            end = start
+    text = data.decode("utf-8", errors="replace")
+    return text.splitlines()[-lines:]
+
+
+def send_signal(record: ProcessRecord, sig: int) -> bool:
+    """Signal one process, only if it is still the one recorded (pid and start time)."""
+    if not is_same_process_alive(record):
+        return False
+    try:
+        os.kill(record.pid, sig)
+        return True
+    except ProcessLookupError:
+        return False

@@ -1,0 +1,56 @@
+"""Bringing ``run.json`` in line with reality when its supervisor is gone.
+
+Only the supervisor writes ``run.json`` while it lives. If it died (killed, machine rebooted), the first reader
+that notices marks the run failed, names the cause, and ends whatever of the run is still running.
+"""
+
+from __future__ import annotations
+
+import time
+
+from hermes_nb.runs import processes
+from hermes_nb.runs.layout import RunPaths
+from hermes_nb.runs.state import RunState, read_run_state, write_run_state
+
+# The supervisor records itself a fraction of a second after launch; past this it never started.
+SUPERVISOR_APPEAR_TIMEOUT = 30.0
+ORPHAN_STOP_GRACE = 5.0
+
+
+def supervisor_gone_cause(state: RunState) -> str | None:
+    supervisor = state.processes.get("supervisor")
+    if supervisor is None:
+        if time.time() - state.created_at < SUPERVISOR_APPEAR_TIMEOUT:
+            return None
+        return "the run supervisor never started"
+    if processes.is_same_process_alive(supervisor):
+        return None
+    return "the run supervisor died unexpectedly"
+
+
+def reconcile(paths: RunPaths, state: RunState, *, final_status: str = "failed") -> RunState:
+    """Return the state, first marking a live-looking run whose supervisor is gone as ``final_status``."""
+    if state.is_terminal:
+        return state
+    cause = supervisor_gone_cause(state)
+    if cause is None:
+        return state
+    # The supervisor may have written a terminal state between our read and its exit.
+    state = read_run_state(paths.run_dir)
+    if state.is_terminal:
+        return state
+    children = [r for name, r in state.processes.items() if name != "supervisor"]
+    processes.terminate_groups(children, grace_seconds=ORPHAN_STOP_GRACE)
+    tail = processes.tail_lines(paths.logs["supervisor"], 10)
+    detail = "\n".join(f"    {line}" for line in tail)
+    error = f"{cause} (log: {paths.logs['supervisor']})" + (f"\n  last lines of the log:\n{detail}" if tail else "")
+    updated = state.model_copy(
+        update={
+            "status": final_status,
+            "ended_at": time.time(),
+            "error": None if final_status == "stopped" else error,
+            "failed_process": None if final_status == "stopped" else "supervisor",
+        }
+    )
+    write_run_state(paths.run_dir, updated)
+    return updated

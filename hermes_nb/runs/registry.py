@@ -1,0 +1,48 @@
+"""Finding runs from their directories: works from any process, after any restart."""
+
+from __future__ import annotations
+
+import difflib
+
+from hermes_nb import home
+from hermes_nb.errors import UnknownRunError
+from hermes_nb.runs.layout import RunPaths
+from hermes_nb.runs.state import RUN_STATE_FILE, RunState, RunStateUnreadable, read_run_state
+
+
+def known_run_ids() -> list[str]:
+    """Run ids, newest first (ids start with their UTC creation time)."""
+    root = home.runs_dir()
+    if not root.is_dir():
+        return []
+    ids = [p.name for p in root.iterdir() if (p / RUN_STATE_FILE).is_file()]
+    return sorted(ids, reverse=True)
+
+
+def latest_run_id() -> str | None:
+    ids = known_run_ids()
+    return ids[0] if ids else None
+
+
+def resolve_run(run_id: str | None) -> RunPaths:
+    """The run named, or the newest run when ``run_id`` is None. Unknown ids list the known ones."""
+    ids = known_run_ids()
+    if run_id is None:
+        if not ids:
+            raise UnknownRunError("no runs yet: start one with rl_start_training()")
+        return RunPaths.for_run(ids[0])
+    if run_id in ids:
+        return RunPaths.for_run(run_id)
+    if not ids:
+        raise UnknownRunError(f"unknown run {run_id!r}: there are no runs yet")
+    close = difflib.get_close_matches(run_id, ids, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    shown = ", ".join(ids[:10]) + (f" (and {len(ids) - 10} more)" if len(ids) > 10 else "")
+    raise UnknownRunError(f"unknown run {run_id!r}{hint} known runs: {shown}")
+
+
+def load_state(paths: RunPaths) -> RunState:
+    try:
+        return read_run_state(paths.run_dir)
+    except RunStateUnreadable as exc:
+        raise UnknownRunError(f"run {paths.run_id}: its run.json cannot be read ({exc})") from None

@@ -1,0 +1,98 @@
+"""``rl_check_status``: what a run is doing now, read from its directory (always fresh) and W&B (rate-limited)."""
+
+from __future__ import annotations
+
+import time
+
+from hermes_nb.metrics.reader import read_all_metrics
+from hermes_nb.protocol import metrics as keys
+from hermes_nb.protocol.metrics import MetricsRow
+from hermes_nb.runs import processes
+from hermes_nb.runs.checkpoint_index import read_checkpoints
+from hermes_nb.runs.layout import PROCESS_NAMES, RunPaths
+from hermes_nb.runs.reconcile import reconcile
+from hermes_nb.runs.registry import load_state, resolve_run
+from hermes_nb.runs.reports import LatestMetrics, ProcessStatus, RunStatus
+from hermes_nb.runs.state import RunState
+from hermes_nb.runs.wandb_remote import remote_summary
+
+FAILURE_LOG_LINES = 30
+
+
+def process_statuses(state: RunState) -> list[ProcessStatus]:
+    result = []
+    for name in PROCESS_NAMES:
+        record = state.processes.get(name)
+        if record is None:
+            result.append(ProcessStatus(name=name, state="not started"))
+            continue
+        alive = processes.is_same_process_alive(record)
+        result.append(
+            ProcessStatus(
+                name=name,
+                state="running" if alive else "exited",
+                pid=record.pid,
+                exit_code=None if alive else record.exit_code,
+                log_path=record.log_path,
+            )
+        )
+    return result
+
+
+def latest_metrics(trainer_rows: list[MetricsRow], env_rows: list[MetricsRow]) -> LatestMetrics:
+    last = trainer_rows[-1] if trainer_rows else None
+    evals = [row for row in env_rows if keys.EVAL_PERCENT_CORRECT in row.values]
+    return LatestMetrics(
+        step=last.step if last else None,
+        reward_mean=last.values.get(keys.TRAIN_REWARD_MEAN) if last else None,
+        percent_correct=last.values.get(keys.TRAIN_PERCENT_CORRECT) if last else None,
+        loss=last.values.get(keys.TRAIN_LOSS) if last else None,
+        eval_percent_correct=evals[-1].values[keys.EVAL_PERCENT_CORRECT] if evals else None,
+    )
+
+
+def eta_seconds(state: RunState, rows: list[MetricsRow]) -> float | None:
+    """Remaining steps times the mean step time over the last (up to) 20 steps."""
+    if state.is_terminal or len(rows) < 2:
+        return None
+    recent = rows[-20:]
+    per_step = (recent[-1].time - recent[0].time) / max(1, recent[-1].step - recent[0].step)
+    return max(0.0, (state.total_steps - rows[-1].step) * per_step)
+
+
+def running_seconds(state: RunState) -> float | None:
+    if state.started_at is None:
+        return None
+    return (state.ended_at or time.time()) - state.started_at
+
+
+def build_status(paths: RunPaths, state: RunState) -> RunStatus:
+    trainer_rows = read_all_metrics(paths.metrics)
+    env_rows = read_all_metrics(paths.env_metrics)
+    failed_log = paths.logs.get(state.failed_process or "")
+    tail = processes.tail_lines(failed_log, FAILURE_LOG_LINES) if state.status == "failed" and failed_log else []
+    return RunStatus(
+        run_id=state.run_id,
+        environment=state.environment,
+        status=state.status,
+        running_seconds=running_seconds(state),
+        step=trainer_rows[-1].step if trainer_rows else 0,
+        total_steps=state.total_steps,
+        eta_seconds=eta_seconds(state, trainer_rows),
+        metrics=latest_metrics(trainer_rows, env_rows),
+        processes=process_statuses(state),
+        checkpoints=read_checkpoints(paths.checkpoints_index),
+        logs={name: str(path) for name, path in paths.logs.items()},
+        wandb_project=state.wandb_project,
+        wandb_run_name=state.wandb_run_name,
+        wandb=remote_summary(paths),
+        error=state.error,
+        failed_process=state.failed_process,
+        log_tail=tail,
+    )
+
+
+def check_status(run_id: str | None) -> RunStatus:
+    paths = resolve_run(run_id)  # an unknown id fails here, before any W&B window is used
+    state = reconcile(paths, load_state(paths))
+    return build_status(paths, state)

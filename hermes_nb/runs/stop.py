@@ -1,0 +1,54 @@
+"""``rl_stop_training``: graceful, idempotent, and thorough (every process group of the run ends)."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from hermes_nb.errors import RunStateError
+from hermes_nb.runs import processes
+from hermes_nb.runs.checkpoint_index import read_checkpoints
+from hermes_nb.runs.layout import RunPaths
+from hermes_nb.runs.reconcile import reconcile
+from hermes_nb.runs.registry import load_state, resolve_run
+from hermes_nb.runs.reports import StopResult
+from hermes_nb.runs.state import RunState
+
+# The supervisor gives the trainer up to 120 s for its final checkpoint, then 10 s to the others.
+STOP_WAIT_SECONDS = 150.0
+POLL_SECONDS = 0.1
+
+
+def _final_checkpoint(paths: RunPaths) -> str | None:
+    checkpoints = read_checkpoints(paths.checkpoints_index)
+    return checkpoints[-1].path if checkpoints else None
+
+
+def _wait_terminal(paths: RunPaths, timeout: float) -> RunState:
+    deadline = time.monotonic() + timeout
+    state = load_state(paths)
+    while not state.is_terminal and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+        # A supervisor that dies mid-stop still leaves a stopped run, not a live-looking one.
+        state = reconcile(paths, load_state(paths), final_status="stopped")
+    return state
+
+
+def stop_run(run_id: str | None, *, wait: bool = True) -> StopResult:
+    paths = resolve_run(run_id)
+    state = reconcile(paths, load_state(paths), final_status="stopped")
+    if state.is_terminal:
+        return StopResult(
+            run_id=state.run_id, status=state.status, already_stopped=True, final_checkpoint=_final_checkpoint(paths)
+        )
+    supervisor = state.processes.get("supervisor")
+    if supervisor is not None and processes.is_same_process_alive(supervisor):
+        processes.send_signal(supervisor, signal.SIGTERM)
+    if not wait:
+        return StopResult(run_id=state.run_id, status="stopping", final_checkpoint=None)
+    state = _wait_terminal(paths, STOP_WAIT_SECONDS)
+    if not state.is_terminal:
+        raise RunStateError(
+            f"run {state.run_id} did not stop within {STOP_WAIT_SECONDS:.0f} s; see {paths.logs['supervisor']}"
+        )
+    return StopResult(run_id=state.run_id, status=state.status, final_checkpoint=_final_checkpoint(paths))

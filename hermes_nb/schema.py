@@ -1,0 +1,160 @@
+"""Read an environment's config schema in a child process, with a timeout, cached by the file's content.
+
+Environment code is never imported into the caller (a notebook kernel): a broken or hostile environment can
+raise, hang or crash only its own child process (``hermes_nb._schema_child``), and the caller gets an
+``EnvironmentLoadError`` with the last lines of the child's traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from hermes_nb import home
+from hermes_nb._schema_child import MARKER
+from hermes_nb.errors import EnvironmentLoadError
+
+logger = logging.getLogger(__name__)
+
+# Importing an environment may load a dataset or a tokenizer; 30 s is generous for that and still bounds a hang.
+SCHEMA_TIMEOUT_S = 30.0
+TRACEBACK_TAIL_LINES = 8
+# Bump when the child's answer changes shape, so old disk-cache entries are not read.
+CACHE_VERSION = 1
+_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+
+
+class EnvSchema(BaseModel):
+    """What the child reports: the ``config_init()`` values, the config class's JSON schema, the servers."""
+
+    config_class: str
+    json_schema: dict[str, Any]
+    values: dict[str, Any]
+    server_configs: list[dict[str, Any]] = Field(default_factory=list)
+    content_hash: str = ""
+
+
+_MEMORY: dict[str, EnvSchema] = {}
+_MEMORY_LOCK = threading.Lock()
+
+
+async def read_schema(file: str, class_name: str, timeout: float = SCHEMA_TIMEOUT_S) -> EnvSchema:
+    """The schema of ``class_name`` in ``file``; from cache when the file's content is unchanged."""
+    return await asyncio.to_thread(read_schema_sync, file, class_name, timeout)
+
+
+def read_schema_sync(file: str, class_name: str, timeout: float = SCHEMA_TIMEOUT_S) -> EnvSchema:
+    try:
+        content = Path(file).read_bytes()
+    except OSError as exc:
+        raise EnvironmentLoadError(f"environment file {file} cannot be read: {exc.strerror}") from None
+    key = f"{hashlib.sha256(content).hexdigest()}-{class_name}-v{CACHE_VERSION}"
+    cached = _cache_get(key)
+    if cached is not None:
+        return cached
+    schema = _run_child(file, class_name, timeout).model_copy(update={"content_hash": key})
+    _cache_put(key, schema)
+    return schema
+
+
+def clear_memory_cache() -> None:
+    with _MEMORY_LOCK:
+        _MEMORY.clear()
+
+
+def _cache_path(key: str) -> Path:
+    return home.home_dir() / "cache" / "schema" / f"{key}.json"
+
+
+def _cache_get(key: str) -> EnvSchema | None:
+    with _MEMORY_LOCK:
+        if key in _MEMORY:
+            return _MEMORY[key]
+    path = _cache_path(key)
+    try:
+        schema = EnvSchema.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValidationError, ValueError):
+        return None  # no entry, or a damaged one: read the schema again
+    with _MEMORY_LOCK:
+        _MEMORY[key] = schema
+    return schema
+
+
+def _cache_put(key: str, schema: EnvSchema) -> None:
+    with _MEMORY_LOCK:
+        _MEMORY[key] = schema
+    path = _cache_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(schema.model_dump_json(), encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:  # the disk cache is an optimisation; the memory cache still holds it
+        logger.warning("could not write schema cache %s: %s", path, exc)
+
+
+def _child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in home.KNOWN_KEYS}  # reading a config needs no key
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _run_child(file: str, class_name: str, timeout: float) -> EnvSchema:
+    cmd = [sys.executable, "-m", "hermes_nb._schema_child", file, class_name]
+    where = f"{class_name} in {file}"
+    # Own session, so that a timeout kills whatever the environment started too.
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=_child_env(),
+        start_new_session=True,
+        text=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        _, stderr = proc.communicate()
+        raise _load_error(f"reading the config of {where} timed out after {timeout:g} s", stderr) from None
+    if proc.returncode != 0:
+        raise _load_error(f"importing {where} failed (exit code {proc.returncode})", stderr)
+    return _parse_answer(stdout, stderr, where)
+
+
+def _parse_answer(stdout: str, stderr: str, where: str) -> EnvSchema:
+    lines = [line for line in stdout.splitlines() if line.startswith(MARKER)]
+    if not lines:
+        raise _load_error(f"reading the config of {where} gave no answer", stderr)
+    try:
+        return EnvSchema.model_validate(json.loads(lines[-1][len(MARKER) :]))
+    except (ValueError, ValidationError) as exc:
+        raise _load_error(f"the config of {where} is not readable: {exc}", stderr) from None
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def _load_error(summary: str, stderr: str) -> EnvironmentLoadError:
+    tail = [line for line in (stderr or "").splitlines() if line.strip()][-TRACEBACK_TAIL_LINES:]
+    message = summary if not tail else f"{summary}: {tail[-1].strip()}\n" + "\n".join(tail)
+    error = EnvironmentLoadError(message)
+    error.traceback_tail = tail  # type: ignore[attr-defined]
+    return error

@@ -1,0 +1,93 @@
+"""From scored groups (the wire format) to training data: group-normalised advantages and shifted datums.
+
+Advantage of member ``i`` of a group: ``(score_i - mean) / (std + eps)`` with the population std of the group's
+scores (GRPO). A group whose scores are all equal gets zero advantages: it carries no signal about which
+completion was better. Precedence, most specific first:
+
+1. ``overrides[i]["set_advantage_to_zero"]`` (or ``group_overrides["set_advantage_to_zero"]``): zero;
+2. ``advantages`` sent with the group (per token): used as given;
+3. otherwise the group-normalised score, the same for every token of the sequence.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
+from hermes_nb.trainer.types import Datum
+
+# Keeps the division finite for a group with a tiny spread; small enough not to shrink real differences.
+ADVANTAGE_EPS = 1e-6
+ZERO_OVERRIDE = "set_advantage_to_zero"
+
+
+def normalized_scores(scores_G: list[float], eps: float = ADVANTAGE_EPS) -> list[float]:
+    """``(s - mean) / (std + eps)`` per member; all zeros when the scores are all equal."""
+    mean = sum(scores_G) / len(scores_G)
+    std = math.sqrt(sum((s - mean) ** 2 for s in scores_G) / len(scores_G))
+    if std == 0.0:
+        return [0.0] * len(scores_G)
+    return [(s - mean) / (std + eps) for s in scores_G]
+
+
+def _zeroed(group: ScoredDataGroup, index: int) -> bool:
+    if group.group_overrides and group.group_overrides.get(ZERO_OVERRIDE):
+        return True
+    if not group.overrides:
+        return False
+    return bool(group.overrides[index].get(ZERO_OVERRIDE))
+
+
+def token_advantages(group: ScoredDataGroup) -> list[list[float]]:
+    """Per-token advantages of each member, aligned with ``group.tokens`` (see the module doc for precedence)."""
+    per_sequence = normalized_scores(group.scores)
+    rows: list[list[float]] = []
+    for i, tokens in enumerate(group.tokens):
+        if _zeroed(group, i):
+            rows.append([0.0] * len(tokens))
+        elif group.advantages is not None:
+            rows.append([float(a) for a in group.advantages[i]])
+        else:
+            rows.append([per_sequence[i]] * len(tokens))
+    return rows
+
+
+def sequence_datum(
+    tokens: list[int], mask: list[int], advantages_T: list[float], sampling_logprobs: list[float] | None
+) -> Datum | None:
+    """Shift one sequence into a datum (position t predicts token t+1). ``None`` when nothing is trained on.
+
+    Missing sampling logprobs are left as 0.0; the caller fills them from the current policy (on-policy)."""
+    if len(tokens) < 2:
+        return None
+    weights = [0.0 if m == MASK_IGNORE else 1.0 for m in mask[1:]]
+    if not any(weights):
+        return None
+    logprobs = sampling_logprobs[1:] if sampling_logprobs is not None else [0.0] * (len(tokens) - 1)
+    return Datum(
+        input_tokens_T=tokens[:-1],
+        target_tokens_T=tokens[1:],
+        weights_T=weights,
+        sampling_logprobs_T=[float(x) for x in logprobs],
+        advantages_T=advantages_T[1:],
+    )
+
+
+def group_data(group: ScoredDataGroup) -> tuple[list[Datum], list[bool]]:
+    """The datums of one group and, for each, whether its sampling logprobs were sent (else: on-policy)."""
+    advantages = token_advantages(group)
+    data: list[Datum] = []
+    has_logprobs: list[bool] = []
+    for i, tokens in enumerate(group.tokens):
+        sampled = group.inference_logprobs[i] if group.inference_logprobs is not None else None
+        datum = sequence_datum(tokens, group.masks[i], advantages[i], sampled)
+        if datum is None:
+            continue
+        data.append(datum)
+        has_logprobs.append(sampled is not None)
+    return data, has_logprobs
+
+
+def has_signal(datum: Datum) -> bool:
+    """Whether the datum moves the weights at all: with zero advantage everywhere both losses have zero grad."""
+    return any(a != 0.0 and w > 0 for a, w in zip(datum.advantages_T, datum.weights_T, strict=True))

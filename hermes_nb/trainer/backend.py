@@ -1,0 +1,69 @@
+"""The Tinker-shaped interface the training loop talks to, and the factory that picks an implementation.
+
+Semantics follow Tinker: ``forward_backward`` accumulates gradients (calling it twice before ``optim_step``
+adds them up), ``optim_step`` applies and clears them. ``save_weights_for_sampler`` publishes the current
+weights as an immutable snapshot for the inference server, so a generation never sees a half-applied update.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from hermes_nb.config import RunConfig
+from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
+
+
+class TrainingBackend(Protocol):
+    @property
+    def tokenizer(self) -> Any: ...
+
+    @property
+    def model_name(self) -> str: ...
+
+    def forward(self, data: list[Datum]) -> list[list[float]]:
+        """Logprob of each target token under the current weights (no gradient), one list per datum."""
+        ...
+
+    def forward_backward(
+        self, data: list[Datum], loss_fn: str, loss_fn_config: LossConfig | None = None
+    ) -> ForwardBackwardOutput: ...
+
+    def optim_step(self, adam: AdamParams) -> OptimStepOutput: ...
+
+    def save_state(self, path: Path, extra: dict[str, Any]) -> None:
+        """Weights (``from_pretrained``-loadable), tokenizer, and ``trainer_state.pt`` (optimizer + ``extra``)."""
+        ...
+
+    def load_state(self, path: Path) -> dict[str, Any]:
+        """Restore weights and optimizer from ``save_state``'s directory; returns its ``extra``."""
+        ...
+
+    def save_weights_for_sampler(self, name: str) -> SamplerHandle: ...
+
+
+def model_dir_for(base_model: str) -> Path:
+    """``embedded`` -> the model shipped in the package; anything else is a local model directory."""
+    from hermes_nb.config import EMBEDDED_BASE_MODEL
+    from hermes_nb.errors import ConfigError
+    from hermes_nb.home import embedded_base_model_dir
+
+    path = embedded_base_model_dir() if base_model == EMBEDDED_BASE_MODEL else Path(base_model).expanduser()
+    if not (path / "config.json").is_file():
+        raise ConfigError(
+            f"trainer.base_model: {base_model!r} -> {path} has no config.json; "
+            "accepted: 'embedded' or a local Hugging Face model directory"
+        )
+    return path
+
+
+def make_backend(config: RunConfig) -> TrainingBackend:
+    """The backend named by ``trainer.backend``, loaded from ``trainer.base_model``."""
+    trainer = config.trainer
+    if trainer.backend == "tinker":
+        from hermes_nb.trainer.tinker_backend import TinkerBackend
+
+        return TinkerBackend(trainer.base_model, lora_rank=trainer.lora_rank or 32)
+    from hermes_nb.trainer.local_backend import LocalBackend
+
+    return LocalBackend(model_dir_for(trainer.base_model), lora_rank=trainer.lora_rank, seed=trainer.seed)

@@ -1,0 +1,87 @@
+"""The records of the training data flow, defined once: what the loop hands a backend and what it gets back.
+
+Shaped like Tinker's types (``Datum``, ``ForwardBackwardOutput``, ``AdamParams``) so the loop speaks the same
+interface to the local torch backend and to the hosted service. Suffixes name what a list is indexed by:
+``_T`` one per position of ``input_tokens_T`` (next-token alignment: position ``t`` predicts
+``target_tokens_T[t]``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Datum(BaseModel):
+    """One sequence to train on, self-contained: everything the loss needs, already shifted by one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens_T: list[int]
+    target_tokens_T: list[int]
+    # 1.0 where the target token is trained on (completion), 0.0 elsewhere (prompt, padding).
+    weights_T: list[float]
+    # Logprob of each target token under the policy that sampled it (only read where weights_T > 0).
+    sampling_logprobs_T: list[float]
+    advantages_T: list[float]
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Datum:
+        size = len(self.input_tokens_T)
+        if size == 0:
+            raise ValueError("input_tokens_T: a datum needs at least one position")
+        for name in ("target_tokens_T", "weights_T", "sampling_logprobs_T", "advantages_T"):
+            if len(getattr(self, name)) != size:
+                raise ValueError(f"{name}: has {len(getattr(self, name))} values, input_tokens_T has {size}")
+        return self
+
+    @property
+    def num_trained_tokens(self) -> int:
+        return sum(1 for w in self.weights_T if w > 0)
+
+
+class LossConfig(BaseModel):
+    """Parameters of the policy-gradient losses (``ppo`` reads the clip range; Tinker fixes it at 0.2)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    clip_epsilon_low: float = Field(default=0.2, gt=0, lt=1)
+    clip_epsilon_high: float = Field(default=0.2, gt=0)
+
+
+class ForwardBackwardOutput(BaseModel):
+    """The loss over the whole batch (token-mean over trained tokens) and diagnostics (``ratio_mean``, ...)."""
+
+    loss: float
+    num_trained_tokens: int
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class AdamParams(BaseModel):
+    """Optimizer settings for one step (passed every step, as Tinker does, so a schedule is the caller's)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    learning_rate: float = Field(gt=0)
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = Field(default=0.0, ge=0)
+    # Clip the global gradient norm to this before the step (0 = no clipping).
+    max_grad_norm: float = Field(default=1.0, ge=0)
+
+
+class OptimStepOutput(BaseModel):
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class SamplerHandle(BaseModel):
+    """Weights published for sampling. ``policy`` is backend-specific (a frozen torch module for ``local``,
+    a sampler path for ``tinker``); ``version`` grows by one per publication."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    name: str
+    version: int
+    policy: Any = None
