@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ def _json_schema(config_cls: Any) -> dict[str, Any]:
     try:
         schema: dict[str, Any] = config_cls.model_json_schema()
         return schema
-    except Exception:  # noqa: BLE001 - a field type without a JSON schema: fall back to names and defaults
+    except Exception:  # a field type without a JSON schema: fall back to names and defaults
         props = {}
         for name, info in config_cls.model_fields.items():
             prop: dict[str, Any] = {"title": name, "description": info.description or ""}
@@ -67,13 +68,26 @@ def read(file: str, class_name: str) -> dict[str, Any]:
     }
 
 
+def _print_user_traceback(exc: BaseException) -> None:
+    """The traceback without this module's and importlib's frames: the caller shows its last lines."""
+    tb = traceback.TracebackException.from_exception(exc)
+    tb.stack = traceback.StackSummary.from_list(
+        [f for f in tb.stack if f.filename != __file__ and not f.filename.startswith("<frozen")]
+    )
+    sys.stderr.write("".join(tb.format()))
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m hermes_nb._schema_child FILE CLASS", file=sys.stderr)
         return 2
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # the environment's own prints must not be mistaken for the answer
-    answer = read(argv[0], argv[1])
+    try:
+        answer = read(argv[0], argv[1])
+    except Exception as exc:
+        _print_user_traceback(exc)
+        return 1
     real_stdout.write(MARKER + json.dumps(answer) + "\n")
     real_stdout.flush()
     return 0

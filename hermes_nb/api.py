@@ -95,7 +95,7 @@ async def rl_load_config(path: str | Path) -> EditResult:
     ``ignored``; the ``infra`` section is ignored likewise.
     """
     ensure_started()
-    data = _read_config_file(Path(path))
+    data = _read_config_file(_config_path(Path(path)))
     selection = await _selection_from_file(data, str(path))
     edits, ignored = _edits_from_file(data)
     with _EDIT_LOCK:
@@ -104,7 +104,9 @@ async def rl_load_config(path: str | Path) -> EditResult:
             base = editing.selected_state(base, *selection)
         state, changed, previous = editing.apply_edits(base, edits)
         session.save(state)
-    return EditResult(changed=changed, previous=previous, ignored=ignored, source=str(path), config=editing.build_view(state))
+    return EditResult(
+        changed=changed, previous=previous, ignored=ignored, source=str(path), config=editing.build_view(state)
+    )
 
 
 def current_run_config(require_environment: bool = True) -> RunConfig:
@@ -136,6 +138,16 @@ async def _find_environment(name: str) -> EnvironmentInfo:
     raise UnknownEnvironmentError(f"unknown environment {name!r}{hint}; available: {', '.join(sorted(names))}")
 
 
+def _config_path(path: Path) -> Path:
+    """``path``, or for a relative path that does not exist here, the same path in the project or configs/."""
+    if path.is_absolute() or path.exists():
+        return path
+    for candidate in (home.PROJECT_ROOT / path, home.shipped_configs_dir() / path.name):
+        if candidate.is_file():
+            return candidate
+    return path
+
+
 def _read_config_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -149,7 +161,9 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: expected a mapping with env/trainer/wandb sections")
     unknown = sorted(set(data) - {"environment", "env", "trainer", "wandb", "infra"})
     if unknown:
-        raise ConfigError(f"config file {path}: unknown section(s) {', '.join(unknown)}; accepted: environment, env, trainer, wandb")
+        raise ConfigError(
+            f"config file {path}: unknown section(s) {', '.join(unknown)}; accepted: environment, env/trainer/wandb"
+        )
     return data
 
 

@@ -59,6 +59,9 @@ class FileScan:
     path: str
     stem: str
     classes: tuple[ClassRecord, ...] = ()
+    # "_"-prefixed files (__init__.py, _common.py) are helpers, as in the original tool: their classes can be
+    # bases of environments but are not listed themselves.
+    helper: bool = False
     module_doc: str = ""
     error: DiscoveryError | None = None
 
@@ -106,8 +109,7 @@ def _stat_tree(dirs: list[Path]) -> list[tuple[str, tuple[int, int]]]:
         except OSError:
             continue  # a missing directory on the path is not an error: nothing there yet
         for entry in entries:
-            # "_"-prefixed files are helpers (__init__.py, _common.py), as in the original tool.
-            if not entry.name.endswith(".py") or entry.name.startswith("_") or entry.path in seen:
+            if not entry.name.endswith(".py") or entry.path in seen:
                 continue
             try:
                 st = entry.stat()
@@ -132,17 +134,21 @@ def _scan_cached(path: str, key: tuple[int, int]) -> FileScan:
 def scan_file(path: str) -> FileScan:
     """Parse one file into its top-level class records; a syntax error becomes a ``DiscoveryError``."""
     stem = Path(path).stem
+    helper = stem.startswith("_")
     try:
         source = Path(path).read_bytes()
         tree = ast.parse(source, filename=path)
     except SyntaxError as exc:
         message = f"syntax error: {exc.msg}"
-        return FileScan(path, stem, error=DiscoveryError(file=path, line=exc.lineno, message=message))
+        error = DiscoveryError(file=path, line=exc.lineno, message=message)
+        return FileScan(path, stem, helper=helper, error=error)
     except (OSError, ValueError) as exc:  # unreadable, or NUL bytes / bad encoding
-        return FileScan(path, stem, error=DiscoveryError(file=path, line=None, message=f"cannot read: {exc}"))
+        error = DiscoveryError(file=path, line=None, message=f"cannot read: {exc}")
+        return FileScan(path, stem, helper=helper, error=error)
     aliases = _import_aliases(tree)
     classes = tuple(_class_record(node, aliases) for node in _top_level(tree) if isinstance(node, ast.ClassDef))
-    return FileScan(path, stem, classes=classes, module_doc=_first_line(ast.get_docstring(tree)))
+    doc = _first_line(ast.get_docstring(tree))
+    return FileScan(path, stem, classes=classes, module_doc=doc, helper=helper)
 
 
 def _top_level(tree: ast.Module) -> list[ast.stmt]:
@@ -199,8 +205,10 @@ def _resolve_name(dotted: str, aliases: dict[str, str]) -> str:
 def _class_record(node: ast.ClassDef, aliases: dict[str, str]) -> ClassRecord:
     bases = tuple(_resolve_name(d, aliases) for b in node.bases if (d := _dotted(b)))
     metaclass = next((_dotted(k.value) for k in node.keywords if k.arg == "metaclass"), None)
-    abstract = node.name.startswith("_") or bool(set(bases) & ABSTRACT_MARKERS) or bool(
-        metaclass and metaclass.endswith("ABCMeta")
+    abstract = (
+        node.name.startswith("_")
+        or bool(set(bases) & ABSTRACT_MARKERS)
+        or bool(metaclass and metaclass.endswith("ABCMeta"))
     )
     env_name, config_class = _class_attributes(node)
     return ClassRecord(
@@ -251,6 +259,8 @@ def _resolve(scans: list[FileScan]) -> tuple[list[EnvironmentInfo], list[Discove
     errors = [s.error for s in scans if s.error is not None]
     taken: dict[str, str] = {}
     for file_scan in scans:
+        if file_scan.helper:
+            continue
         for record in file_scan.classes:
             if record.abstract or not is_env(file_scan, record):
                 continue
@@ -293,7 +303,7 @@ class _EnvClassifier:
             if current[1].config_class:
                 return current[1].config_class
             parent = self._parent(*current, set())
-            current = parent if parent and parent[1] is not None else None
+            current = (parent[0], parent[1]) if parent is not None and parent[1] is not None else None
         return None
 
     def _parent(

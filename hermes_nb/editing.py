@@ -200,8 +200,9 @@ def resolve_name(name: str, specs: dict[str, FieldSpec], env_selected: bool) -> 
     if "." not in name:
         matches = [s.name for s in specs.values() if s.key == name]
         matches += [f for f in LOCKED_FIELDS if f.rsplit(".", 1)[-1] == name and f not in matches]
-        if len(matches) == 1:
-            return matches[0]
+        # Only locked candidates (tokenizer_name is env.* and infra.*): refused either way, show the first.
+        if len(matches) == 1 or (matches and all(m in LOCKED_FIELDS for m in matches)):
+            return sorted(matches)[0]
         if matches:
             raise UnknownFieldError(f"field {name!r} is ambiguous: write one of {', '.join(sorted(matches))}")
     wants_env = name.startswith("env.") or (name in BaseEnvConfig.model_fields and "." not in name)
@@ -298,7 +299,9 @@ def _prefixed(exc: ValidationError, section: str) -> str:
 def selected_state(state: SessionState, info: EnvironmentInfo, env_schema: EnvSchema) -> SessionState:
     """``state`` with ``info`` selected: its ``config_init()`` values; trainer and W&B settings kept."""
     ref = {"name": info.name, "class_name": info.class_name, "file": info.file}
-    config = RunConfig.model_validate({**state.config.model_dump(mode="json"), "environment": ref, "env": env_schema.values})
+    config = RunConfig.model_validate(
+        {**state.config.model_dump(mode="json"), "environment": ref, "env": env_schema.values}
+    )
     return SessionState(environment=info, env_schema=env_schema, config=config)
 
 

@@ -155,7 +155,8 @@ class ConfigView(Result):
 
     def _text_lines(self) -> list[str]:
         lines = [f"environment: {self.environment or '(none selected)'}"]
-        width = max((len(f.name) for f in [*self.configurable, *self.locked]), default=0)
+        names = [f.name for f in self.configurable] + [f.name for f in self.locked]
+        width = max((len(n) for n in names), default=0)
         for f in self.configurable:
             mark = "" if f.value == f.default else f"   (default {_short(f.default)})"
             lines.append(f"  {f.name:<{width}} = {_short(f.value)}{mark}")
@@ -164,7 +165,10 @@ class ConfigView(Result):
         return lines
 
     def _html_body(self) -> str:
-        rows = [[f.name, f.value, f.default, f.type, _constraint_text(f.constraints), f.description] for f in self.configurable]
+        rows = [
+            [f.name, f.value, f.default, f.type, _constraint_text(f.constraints), f.description]
+            for f in self.configurable
+        ]
         title = f"<p><b>environment:</b> {html.escape(self.environment or '(none selected)')}</p>"
         locked = _table(["locked field", "value"], [[f.name, f.value] for f in self.locked])
         return title + _table(["field", "value", "default", "type", "accepted", "description"], rows) + locked
@@ -198,7 +202,12 @@ class SelectionResult(Result):
         }
 
     def _text_lines(self) -> list[str]:
-        return [self.message, f"  file: {self.environment.file}", *self.config._text_lines()]
+        count = len(self.config.configurable)
+        return [
+            self.message,
+            f"  class: {self.environment.class_name} ({self.environment.file})",
+            f"  {count} configurable fields: rl_get_current_config() shows them, rl_edit_config() changes them",
+        ]
 
     def _html_body(self) -> str:
         return f"<p>{html.escape(self.message)}</p>" + self.config._html_body()
@@ -215,8 +224,12 @@ class EditResult(Result):
     def message(self) -> str:
         if not self.changed:
             return "No change" + (f" from {self.source}" if self.source else "")
-        updates = ", ".join(f"{k} = {_short(v)}" for k, v in self.changed.items())
-        return f"Updated {updates}" + (f" (from {self.source})" if self.source else "")
+        if len(self.changed) == 1:
+            ((field, value),) = self.changed.items()
+            updates = f"{field} = {_short(value)}"
+        else:
+            updates = f"{len(self.changed)} fields"
+        return f"Updated {updates}" + (f" from {self.source}" if self.source else "")
 
     def _dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"message": self.message}

@@ -1,15 +1,17 @@
 """Run a core coroutine from synchronous code, with or without an event loop already running in this thread.
 
-Magics and widget callbacks are synchronous but run inside the Jupyter kernel's running loop, where neither
-``asyncio.run`` nor ``loop.run_until_complete`` is allowed. ``run_sync`` hands the coroutine to one private
-event loop in a daemon thread and waits for its result. The reasons for this choice over nest-asyncio2 (measured,
-not assumed) are in docs/architecture.md, "Sync access".
+Two cases, chosen on measured evidence (docs/architecture.md, "Sync access"):
+
+- A loop is running in this thread (a magic or widget callback in a Jupyter kernel): the coroutine runs on that
+  same loop, re-entered with nest-asyncio2. Objects bound to the kernel's loop (an ``asyncio.Event``, a client
+  made in an ``await`` cell) keep working, background tasks on it keep running, and nested calls work.
+- No loop is running here (a script, the CLI, a daemon thread): the coroutine runs on one private event loop in
+  a daemon thread, so nothing global is patched where nothing needs to be. ``asyncio.run`` is never used.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -19,9 +21,28 @@ T = TypeVar("T")
 _LOCK = threading.Lock()
 _LOOP: asyncio.AbstractEventLoop | None = None
 _THREAD: threading.Thread | None = None
+_NESTED: set[int] = set()  # id() of the running loops already made re-entrant
 
 
-def _runner_loop() -> asyncio.AbstractEventLoop:
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion and return its result (or raise its exception), from any synchronous code."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_on_private_loop(coro)
+    return _run_nested(running, coro)
+
+
+def _run_nested(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+    if id(loop) not in _NESTED:
+        import nest_asyncio2
+
+        nest_asyncio2.apply(loop)
+        _NESTED.add(id(loop))
+    return loop.run_until_complete(coro)
+
+
+def _private_loop() -> asyncio.AbstractEventLoop:
     """The private loop, started on first use (and again if its thread died, e.g. after a fork)."""
     global _LOOP, _THREAD
     with _LOCK:
@@ -42,22 +63,10 @@ def _runner_loop() -> asyncio.AbstractEventLoop:
         return loop
 
 
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion and return its result (or raise its exception), from any synchronous code.
-
-    Works in a plain script, in a Jupyter kernel (loop running in this thread) and in other threads. Do not
-    call it from a coroutine that itself runs under ``run_sync``: that would wait on itself (``RuntimeError``).
-    """
-    loop = _runner_loop()
-    if threading.current_thread() is _THREAD:
-        coro.close()
-        raise RuntimeError("run_sync called from inside run_sync's own loop; use 'await' there instead")
-    future = asyncio.run_coroutine_threadsafe(coro, loop)
+def _run_on_private_loop(coro: Coroutine[Any, Any, T]) -> T:
+    future = asyncio.run_coroutine_threadsafe(coro, _private_loop())
     try:
         return future.result()
     except KeyboardInterrupt:
-        # Kernel interrupt: stop the coroutine too, so it does not keep running unseen.
-        future.cancel()
+        future.cancel()  # Ctrl-C: stop the coroutine too, so it does not keep running unseen
         raise
-    except concurrent.futures.CancelledError:
-        raise asyncio.CancelledError() from None

@@ -45,7 +45,6 @@ rl_reset_config = json_tool(api.rl_reset_config)
 rl_load_config = json_tool(api.rl_load_config)
 
 
-
 def all_tools() -> dict[str, Callable[..., Awaitable[str]]]:
     """Name -> tool, for agent frameworks that register tools from a mapping (every ``rl_*`` above)."""
     return {name: value for name, value in globals().items() if name.startswith("rl_") and callable(value)}

@@ -10,11 +10,12 @@ sampler when new weights arrive, and a worker should wait through that rather th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -87,10 +88,9 @@ class _Endpoint:
         client, self._client, self._loop, self._limit = self._client, None, None, None
         if client is None:
             return
-        try:
+        # RuntimeError: the loop it was bound to is gone, and its sockets went with it.
+        with contextlib.suppress(RuntimeError):
             await client.aclose()
-        except RuntimeError:
-            pass  # the loop it was bound to is gone; its sockets went with it
 
 
 class ServerManager:
@@ -106,6 +106,8 @@ class ServerManager:
         configs = list(server_configs) or [APIServerConfig()]
         self.servers = [_Endpoint(config, transport) for config in configs]
         self.retry_seconds = retry_seconds
+        # Called with (prompt, completions) after each sample(): process mode uses it to show decoded text.
+        self.sample_listeners: list[Callable[[str, list[SampledCompletion]], None]] = []
 
     # ---- the RL call ---------------------------------------------------------------------------------------
     async def sample(
@@ -122,7 +124,10 @@ class ServerManager:
         response = await self.completion(
             prompt=prompt, n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, stop=stop, logprobs=1
         )
-        return completions_from_response(response)
+        completions = completions_from_response(response)
+        for listener in self.sample_listeners:
+            listener(prompt, completions)
+        return completions
 
     # ---- OpenAI-compatible and token-level calls -----------------------------------------------------------
     async def completion(self, **kwargs: Any) -> CompletionResponse:
@@ -228,7 +233,7 @@ def completions_from_response(response: CompletionResponse) -> list[SampledCompl
         raise InferenceError("inference server returned no prompt_token_ids; it must fill this additive field")
     prompt_ids = response.prompt_token_ids[0]
     completions = []
-    for choice in response.choices:
+    for choice in sorted(response.choices, key=lambda c: c.index):
         if choice.logprobs is None:
             raise InferenceError("inference server returned no logprobs although logprobs=1 was requested")
         logprobs_T = choice.logprobs.token_logprobs

@@ -96,6 +96,14 @@ def draw(logp_BV: torch.Tensor, rows: Sequence[SampleRow], generators: dict[int,
     return tokens_B, torch.where(greedy_B, torch.zeros_like(chosen_B), chosen_B)
 
 
+def cache_argument(model: Any) -> str:
+    """The keyword a model's forward takes its KV cache by: ``cache`` in transformers 5.x, earlier
+    ``past_key_values`` (5.x still accepts it with a deprecation warning)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 class _Batch:
     """The rows still running, their results, and per-row sampling settings as tensors."""
 
@@ -142,22 +150,29 @@ def generate(
     if not rows:
         return []
     batch = _Batch(rows)
-    ids_BL, mask_BL, positions_BL = left_pad([r.prompt for r in rows], pad_id)
+    # A group request repeats one prompt n times: run the prompt once, then copy its cache to each row.
+    unique: dict[tuple[int, ...], int] = {}
+    row_prompt = torch.tensor([unique.setdefault(tuple(r.prompt), len(unique)) for r in rows], dtype=torch.long)
+    ids_PL, mask_PL, positions_PL = left_pad([list(p) for p in unique], pad_id)
     cache = DynamicCache()
-    out = model(input_ids=ids_BL, attention_mask=mask_BL, position_ids=positions_BL, past_key_values=cache,
-                use_cache=True)
-    next_position_B = positions_BL[:, -1] + 1
-    logits_BV = out.logits[:, -1, :]
+    cache_arg = cache_argument(model)
+    out = model(input_ids=ids_PL, attention_mask=mask_PL, position_ids=positions_PL, use_cache=True,
+                logits_to_keep=1, **{cache_arg: cache})
+    cache.batch_select_indices(row_prompt)  # [P, ...] -> [B, ...]
+    mask_BL = mask_PL[row_prompt]
+    next_position_B = positions_PL[row_prompt, -1] + 1
+    logits_BV = out.logits[row_prompt, -1, :]
     while True:
         logp_BV = sampling_logprobs(logits_BV, batch.temperature_B, batch.top_p_B)
         tokens_B, chosen_B = draw(logp_BV, [rows[i] for i in batch.active],
                                   {p: batch.generators[i] for p, i in enumerate(batch.active) if i in batch.generators},
                                   generator)
         running: list[int] = []
+        tokens, chosen = tokens_B.tolist(), chosen_B.tolist()
         for position, row_index in enumerate(batch.active):
-            result, token = batch.results[row_index], int(tokens_B[position])
+            result, token = batch.results[row_index], tokens[position]
             result.token_ids.append(token)
-            result.logprobs.append(float(chosen_B[position]))
+            result.logprobs.append(chosen[position])
             if not _finished(rows[row_index], result, token, decode):
                 running.append(position)
         if not running:
@@ -170,6 +185,6 @@ def generate(
             batch.keep(running)
         mask_BL = torch.cat([mask_BL, torch.ones((len(running), 1), dtype=torch.long)], dim=1)
         out = model(input_ids=tokens_B[:, None], attention_mask=mask_BL, position_ids=next_position_B[:, None],
-                    past_key_values=cache, use_cache=True)
+                    use_cache=True, **{cache_arg: cache})
         next_position_B = next_position_B + 1
         logits_BV = out.logits[:, -1, :]

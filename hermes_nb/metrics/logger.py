@@ -49,6 +49,8 @@ MAX_QUEUED_ROWS = 100_000
 DEFAULT_CLOSE_TIMEOUT_S = 30.0
 
 _STOP = object()
+# The W&B key that carries the trainer step of every row (the x-axis of every chart).
+STEP_KEY = "trainer/step"
 
 
 class WandbRunSettings(BaseModel):
@@ -197,6 +199,10 @@ class _WandbSink:
             # Capturing stdout from a background thread would interleave with the process's own logs.
             settings=wandb.Settings(console="off", silent=True),
         )
+        # The x-axis is the trainer step carried as a value, not W&B's own step: W&B drops rows whose step goes
+        # backwards, and an evaluation started at step s may finish after rows for s+1 were logged.
+        run.define_metric(STEP_KEY)
+        run.define_metric("*", step_metric=STEP_KEY)
         _write_info(s, run)
         return run
 
@@ -208,7 +214,7 @@ class _WandbSink:
             if self.failed:
                 continue
             try:
-                run.log(item.values, step=item.step)
+                run.log({**item.values, STEP_KEY: item.step})
             except Exception as exc:
                 self._fail("stopped logging", exc)
 

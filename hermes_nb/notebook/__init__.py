@@ -1,0 +1,34 @@
+"""The notebook layer: ``%rl_*`` magics, widgets (picker, config form, run monitor), the live metrics plot.
+
+Magics and widgets hold no logic of their own; each calls the async core (``hermes_nb.api``) through
+``hermes_nb.syncio.run_sync``. Importing this package pulls in ipywidgets and matplotlib, so ``hermes_nb``
+imports it only when a notebook asks for it (``%load_ext hermes_nb``, ``hermes_nb.dashboard()``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermes_nb.notebook.dashboard import Dashboard, dashboard
+from hermes_nb.notebook.live_plot import LivePlot
+from hermes_nb.notebook.widgets.config_form import ConfigForm
+from hermes_nb.notebook.widgets.monitor import RunMonitor
+from hermes_nb.notebook.widgets.picker import EnvironmentPicker
+from hermes_nb.plotting.plot import save_metrics_plot
+
+__all__ = [
+    "ConfigForm",
+    "Dashboard",
+    "EnvironmentPicker",
+    "LivePlot",
+    "RunMonitor",
+    "dashboard",
+    "load_ipython_extension",
+    "save_metrics_plot",
+]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    from hermes_nb.notebook.magics import load_ipython_extension as load
+
+    load(ipython)

@@ -234,10 +234,13 @@ class Supervisor:
         self.set_status("stopped", ended_at=time.time())
 
     def fail(self, failure: LaunchFailed) -> None:
+        """Record the failure first (a reader learns of it at once), then end the rest of the run."""
         log.error("run failed: %s %s (log %s)", failure.process, failure.cause, failure.log_path)
-        self.shut_down(list(self.children), PEER_STOP_GRACE)
         self.record_exits()
         self.set_status("failed", ended_at=time.time(), error=failure.message(), failed_process=failure.process)
+        self.shut_down(list(self.children), PEER_STOP_GRACE)
+        self.record_exits()
+        self.save()
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.on_sigterm)

@@ -166,6 +166,4 @@ def _scale_down(
     if total <= batch_size:
         return wanted
     scale = batch_size / total
-    return {
-        env: max(min(sizes[i] for i in packable[env]), int(need * scale)) for env, need in wanted.items()
-    }
+    return {env: max(min(sizes[i] for i in packable[env]), int(need * scale)) for env, need in wanted.items()}

@@ -115,7 +115,10 @@ def test_wandb_log_failure_is_reported_once_and_jsonl_continues(
         calls = 0
         finished = False
 
-        def log(self, values: dict[str, float], step: int) -> None:
+        def define_metric(self, name: str, **kwargs: Any) -> None:
+            pass
+
+        def log(self, values: dict[str, float]) -> None:
             FlakyRun.calls += 1
             raise OSError("network down")
 

@@ -1,0 +1,1 @@
+"""Widgets of the notebook layer: environment picker, config form, run monitor."""

@@ -1,0 +1,78 @@
+"""Seconds from ``rl_start_training()`` to the first completed trainer step, on the embedded default.
+
+The peer is the tool this replaces, whose fixed sleeps alone (5 + 30 + 90 + 10 s) came to 135 s before its
+status even said "running"; it cannot run here (it needs GPUs and vLLM), so that figure is quoted, not measured.
+Also reported, measured in the same run: the bare cost of starting a Python interpreter that imports torch and
+transformers, the floor under any trainer start, so the ratio says how much of the start-up is our own.
+
+    .venv/bin/python bench/startup.py [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ANCHOR_FIXED_SLEEPS_SECONDS = 5 + 30 + 90 + 10
+
+
+def import_floor_seconds() -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch, transformers.models.llama"], check=True)
+    return time.perf_counter() - started
+
+
+def one_start() -> tuple[float, float]:
+    """(seconds to status running, seconds to the first metrics row)."""
+    from hermes_nb.api import rl_check_status, rl_load_config, rl_select_environment, rl_start_training, rl_stop_training
+    from hermes_nb.runs.layout import RunPaths
+
+    root = Path(__file__).resolve().parent.parent
+    asyncio.run(rl_select_environment("arithmetic"))
+    asyncio.run(rl_load_config(root / "configs" / "quick_test.yaml"))
+    started = time.perf_counter()
+    result = asyncio.run(rl_start_training(total_steps=50))
+    metrics = RunPaths.for_run(result.run_id).metrics
+    running_at = None
+    while True:
+        if running_at is None and asyncio.run(rl_check_status(result.run_id)).status == "running":
+            running_at = time.perf_counter() - started
+        if metrics.is_file() and metrics.stat().st_size > 0:
+            first_step = time.perf_counter() - started
+            break
+        if time.perf_counter() - started > 300:
+            raise RuntimeError(f"no trainer step within 300 s: {asyncio.run(rl_check_status(result.run_id))}")
+        time.sleep(0.02)
+    asyncio.run(rl_stop_training(result.run_id))
+    return running_at or first_step, first_step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["HERMES_NB_HOME"] = tmp
+        os.environ.setdefault("WANDB_MODE", "offline")
+        floors = [import_floor_seconds() for _ in range(3)]
+        samples = [one_start() for _ in range(args.runs)]
+    floor = statistics.median(floors)
+    to_running = statistics.median(s[0] for s in samples)
+    to_step = statistics.median(s[1] for s in samples)
+    print(f"runs: {args.runs}")
+    print(f"start -> running         median {to_running:6.2f} s  ({[round(s[0], 2) for s in samples]})")
+    print(f"start -> first trainer step median {to_step:6.2f} s  ({[round(s[1], 2) for s in samples]})")
+    print(f"import floor (python + torch + transformers) median {floor:.2f} s")
+    print(f"ratio first step / import floor: {to_step / floor:.2f}")
+    print(f"ratio anchor fixed sleeps / ours: {ANCHOR_FIXED_SLEEPS_SECONDS / to_step:.1f}x (anchor {ANCHOR_FIXED_SLEEPS_SECONDS} s)")
+
+
+if __name__ == "__main__":
+    main()

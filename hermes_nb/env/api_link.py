@@ -1,0 +1,131 @@
+"""The environment's policy over ``TrajectoryClient``: wait for the trainer, ride out API hiccups, remember env_id.
+
+``TrajectoryClient`` speaks the Atropos endpoints; this adds what an environment process needs around it:
+registration that waits while the API answers "wait for trainer to start", and bounded retries when the API
+is briefly unreachable or answers 5xx (a 4xx is our request's fault and is raised at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import httpx
+
+from hermes_nb.protocol.trajectory import (
+    EnvStatusResponse,
+    InfoResponse,
+    RegisterEnv,
+    RegisterEnvResponse,
+    ScoredDataGroup,
+)
+from hermes_nb.trajectory_api.client import TrajectoryAPIError, TrajectoryAPIUnavailable, TrajectoryClient
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+__all__ = ["TrajectoryAPIError", "TrajectoryLink"]
+
+# The API comes up before the trainer registers; the environment waits for that. A trainer loading a model on
+# a busy CPU can take minutes, so registration waits long; the supervisor kills us if the run fails first.
+REGISTER_TIMEOUT_S = 600.0
+REGISTER_POLL_S = 0.5
+# A transient API hiccup (restart, overload) is retried this long before the runtime gives up on the API.
+REQUEST_RETRY_S = 30.0
+REQUEST_TIMEOUT_S = 30.0
+# How long disconnect-env may take at shutdown: the API may already be gone, and exiting matters more.
+DISCONNECT_TIMEOUT_S = 5.0
+
+
+class TrajectoryLink:
+    """One environment's connection to the trajectory API at ``base_url``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_seconds: float = REQUEST_RETRY_S,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.retry_seconds = retry_seconds
+        self.env_id: int | None = None
+        self.client = TrajectoryClient(self.base_url, timeout=REQUEST_TIMEOUT_S, transport=transport)
+
+    async def register(
+        self, request: RegisterEnv, *, timeout: float = REGISTER_TIMEOUT_S, stop: asyncio.Event | None = None
+    ) -> RegisterEnvResponse | None:
+        """Register, waiting while the API answers "wait for trainer to start". ``None`` when ``stop`` is set."""
+        deadline = time.monotonic() + timeout
+        last_status = ""
+        while stop is None or not stop.is_set():
+            response = await self._retrying(lambda: self.client.register_env(request))
+            if response.status == "success" and response.env_id is not None:
+                self.env_id = response.env_id
+                return response
+            if response.status != last_status:
+                logger.info("trajectory API says %r; waiting for the trainer to register", response.status)
+                last_status = response.status
+            if time.monotonic() > deadline:
+                raise TrajectoryAPIError(
+                    f"trajectory API {self.base_url} still says {response.status!r} after {timeout:.0f} s; "
+                    "did the trainer start?"
+                )
+            await _sleep_or_stop(REGISTER_POLL_S, stop)
+        return None
+
+    async def info(self) -> InfoResponse:
+        return await self._retrying(self.client.info)
+
+    async def status(self) -> EnvStatusResponse:
+        env_id = self._env_id()
+        return await self._retrying(lambda: self.client.status_env(env_id))
+
+    async def post_group(self, group: ScoredDataGroup) -> None:
+        group = group.model_copy(update={"env_id": self._env_id()})
+        await self._retrying(lambda: self.client.post_scored_data(group))
+
+    async def disconnect(self) -> None:
+        """Tell the API we are gone; best effort (the API may already be down at the end of a run)."""
+        if self.env_id is None:
+            return
+        try:
+            await asyncio.wait_for(self.client.disconnect_env(self.env_id), DISCONNECT_TIMEOUT_S)
+            logger.info("disconnected from the trajectory API")
+        except (TrajectoryAPIError, TimeoutError) as exc:
+            logger.info("trajectory API did not take disconnect-env (%s)", exc or type(exc).__name__)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def _env_id(self) -> int:
+        if self.env_id is None:
+            raise TrajectoryAPIError("not registered with the trajectory API yet")
+        return self.env_id
+
+    async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.2
+        while True:
+            try:
+                return await call()
+            except TrajectoryAPIError as exc:
+                transient = isinstance(exc, TrajectoryAPIUnavailable) or (exc.status_code or 0) >= 500
+                if not transient or time.monotonic() + delay > deadline:
+                    raise
+                logger.debug("trajectory API: %s; retrying in %.1f s", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+async def _sleep_or_stop(seconds: float, stop: asyncio.Event | None) -> None:
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)

@@ -1,0 +1,98 @@
+"""Command line of an environment: ``serve``, ``process`` and ``evaluate``.
+
+``python -m hermes_nb.env serve path/to/env.py[:Class] --config run.yaml`` is how a run starts its environment;
+``MyEnv.cli()`` (``python my_env.py serve --config run.yaml``) is the same without the file argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from hermes_nb.config import RunConfig
+from hermes_nb.env.base import BaseEnv
+from hermes_nb.errors import HermesNBError
+
+logger = logging.getLogger(__name__)
+
+LOG_FORMAT = "%(asctime)s env %(levelname)s %(name)s: %(message)s"
+# Exit status of a user error (bad file, bad config), as argparse uses for bad arguments.
+USAGE_ERROR = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m hermes_nb.env``: the environment file comes first after the subcommand."""
+    args = _parser(with_spec=True).parse_args(argv)
+    return _run(args, env_cls=None)
+
+
+def main_for_class(cls: type[BaseEnv], argv: Sequence[str] | None = None) -> int:
+    """``MyEnv.cli()``: the same subcommands, the class already known."""
+    args = _parser(with_spec=False, prog=cls.__name__).parse_args(argv)
+    return _run(args, env_cls=cls)
+
+
+def _parser(*, with_spec: bool, prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog or "python -m hermes_nb.env", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="feed a training run through its trajectory API")
+    process = commands.add_parser("process", help="write N scored groups to a JSONL file (no API)")
+    evaluate = commands.add_parser("evaluate", help="run the environment's evaluation once")
+    for sub in (serve, process, evaluate):
+        if with_spec:
+            sub.add_argument("spec", help="path/to/env.py[:ClassName]")
+    serve.add_argument("--config", required=True, help="the run's config.yaml")
+    for sub in (process, evaluate):
+        sub.add_argument("--config", help="a run config YAML (its env: section is used)")
+        sub.add_argument("--inference-url", help="the inference server, e.g. http://127.0.0.1:9001")
+    process.add_argument("--num-groups", type=int, required=True)
+    process.add_argument("--output", required=True, help="JSONL file to write")
+    return parser
+
+
+def _run(args: argparse.Namespace, env_cls: type[BaseEnv] | None) -> int:
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+    try:
+        env = _make_env(args, env_cls)
+        return asyncio.run(_dispatch(args, env))
+    except HermesNBError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        return 0
+
+
+def _make_env(args: argparse.Namespace, env_cls: type[BaseEnv] | None) -> BaseEnv:
+    from hermes_nb.env.loading import load_env_class, make_env
+
+    cls = env_cls or load_env_class(args.spec)
+    run_config = RunConfig.load(args.config) if args.config else RunConfig()
+    inference_url = getattr(args, "inference_url", None)
+    if inference_url:
+        infra = run_config.infra.model_copy(update={"inference_url": inference_url})
+        run_config = run_config.model_copy(update={"infra": infra})
+    args.run_config = run_config
+    return make_env(cls, run_config)
+
+
+async def _dispatch(args: argparse.Namespace, env: BaseEnv) -> int:
+    from hermes_nb.env import runtime
+
+    if args.command == "serve":
+        outcome = await runtime.serve(env, args.run_config)
+        logger.info("environment %s at step %d (%d groups posted)", outcome.status, outcome.step,
+                    outcome.groups_posted)  # fmt: skip
+        return outcome.exit_code
+    try:
+        if args.command == "process":
+            summary = await runtime.process(env, args.num_groups, args.output)
+            print(summary.model_dump_json(indent=1))
+        else:
+            print(json.dumps(await runtime.evaluate_once(env), indent=1))
+    finally:
+        await env.server.aclose()
+    return 0

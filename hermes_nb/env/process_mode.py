@@ -1,0 +1,151 @@
+"""``process``: run N groups of an environment without a trajectory API and write them to a JSONL to read.
+
+Each line holds the scored group exactly as it would be sent to the trainer, plus what a person needs to judge
+it: the item, and each completion's prompt, text and score. Text comes from what the inference server sampled
+(matched to the group's token ids), so no tokenizer is loaded here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from hermes_nb.env.base import BaseEnv
+from hermes_nb.env.types import Item, SampledCompletion
+from hermes_nb.errors import HermesNBError
+from hermes_nb.protocol.trajectory import ScoredDataGroup
+
+logger = logging.getLogger(__name__)
+
+# An environment may return None for a group (nothing to learn from); give it this many tries per wanted
+# group before concluding it will not produce N groups.
+MAX_ATTEMPTS_PER_GROUP = 5
+# As in serve: this many errors in a row means something is broken.
+MAX_CONSECUTIVE_FAILURES = 20
+# A completion with at least this score counts as correct (the convention: 1.0 = correct, 0.0 = wrong).
+CORRECT_SCORE = 1.0
+
+
+class ProcessSummary(BaseModel):
+    groups: int
+    completions: int
+    correct: int
+    accuracy: float
+    skipped: int = 0
+    failed: int = 0
+    seconds: float
+    output_path: str
+
+
+class _Recorder:
+    """Remembers what the server sampled, keyed by the full token sequence a group row will hold."""
+
+    def __init__(self) -> None:
+        self.by_tokens: dict[tuple[int, ...], tuple[str, SampledCompletion]] = {}
+
+    def __call__(self, prompt: str, completions: list[SampledCompletion]) -> None:
+        for completion in completions:
+            self.by_tokens[(*completion.prompt_token_ids, *completion.token_ids)] = (prompt, completion)
+
+
+async def process(env: BaseEnv, num_groups: int, output_path: str | Path) -> ProcessSummary:
+    """Collect ``num_groups`` groups (backlog items first) and write one JSON line per group.
+
+    Every group is kept, including those whose scores are all equal: this is for looking at, not training.
+    """
+    if num_groups < 1:
+        raise HermesNBError(f"--num-groups: must be at least 1 (got {num_groups})")
+    output = Path(output_path)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    env.config.ensure_scores_are_not_same = False
+    recorder = _Recorder()
+    env.server.sample_listeners.append(recorder)
+    started = time.monotonic()
+    try:
+        await env.setup()
+        with output.open("w", encoding="utf-8") as handle:
+            counts = await _collect(env, num_groups, handle, recorder)
+    finally:
+        env.server.sample_listeners.remove(recorder)
+    return _summary(counts, time.monotonic() - started, output)
+
+
+async def _collect(env: BaseEnv, num_groups: int, handle: Any, recorder: _Recorder) -> dict[str, Any]:
+    counts: dict[str, Any] = {"groups": 0, "scores": [], "skipped": 0, "failed": 0}
+    backlog: list[Item] = []
+    consecutive_failures = 0
+    for _ in range(num_groups * MAX_ATTEMPTS_PER_GROUP):
+        if counts["groups"] >= num_groups:
+            break
+        try:
+            item = backlog.pop(0) if backlog else await env.get_next_item()
+            result, extra = await env.collect_trajectories(item)
+        except Exception as exc:
+            logger.exception("group %d failed", counts["groups"])
+            counts["failed"] += 1
+            consecutive_failures += 1
+            if consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
+                raise HermesNBError(f"{consecutive_failures} groups failed in a row (last: {exc})") from exc
+            continue
+        consecutive_failures = 0
+        backlog.extend(extra or [])
+        if result is None:
+            counts["skipped"] += 1
+            continue
+        group = result if isinstance(result, ScoredDataGroup) else ScoredDataGroup.model_validate(result)
+        handle.write(json.dumps(_row(counts["groups"], item, group, recorder)) + "\n")
+        handle.flush()
+        counts["groups"] += 1
+        counts["scores"].extend(group.scores)
+    return counts
+
+
+def _row(index: int, item: Item, group: ScoredDataGroup, recorder: _Recorder) -> dict[str, Any]:
+    samples = []
+    for tokens, score in zip(group.tokens, group.scores, strict=True):
+        prompt, completion = recorder.by_tokens.get(tuple(tokens), (None, None))
+        samples.append(
+            {
+                "prompt": prompt,
+                "completion": completion.text if completion else None,
+                "finish_reason": completion.finish_reason if completion else None,
+                "score": score,
+            }
+        )
+    return {
+        "index": index,
+        "item": _jsonable(item),
+        "scores": group.scores,
+        "samples": samples,
+        "group": group.model_dump(mode="json", exclude_none=True),
+    }
+
+
+def _jsonable(item: Item) -> Any:
+    if isinstance(item, BaseModel):
+        return item.model_dump(mode="json")
+    try:
+        json.dumps(item)
+    except (TypeError, ValueError):
+        return repr(item)
+    return item
+
+
+def _summary(counts: dict[str, Any], seconds: float, output: Path) -> ProcessSummary:
+    scores = counts["scores"]
+    correct = sum(1 for s in scores if s >= CORRECT_SCORE)
+    return ProcessSummary(
+        groups=counts["groups"],
+        completions=len(scores),
+        correct=correct,
+        accuracy=correct / len(scores) if scores else 0.0,
+        skipped=counts["skipped"],
+        failed=counts["failed"],
+        seconds=round(seconds, 3),
+        output_path=str(output),
+    )

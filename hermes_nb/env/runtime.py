@@ -1,0 +1,373 @@
+"""Driving a ``BaseEnv``: ``serve`` (feed a training run), ``process`` (groups to a JSONL) and ``evaluate_once``.
+
+``serve`` follows ``atroposlib``'s environment manager: register with the trajectory API (waiting for the
+trainer), then poll ``/status-env`` and keep up to ``max_num_workers`` groups in flight, each worker running
+``get_next_item`` -> ``collect_trajectories`` -> ``POST /scored_data`` (backlog items first). It stops adding
+workers while the API's queue already holds ``max_batches_offpolicy`` batches (back-pressure, so the policy that
+sampled a group is never far behind the one trained on it), evaluates before training, every
+``steps_per_eval`` trainer steps and at the end, and exits when the trainer's step reaches ``total_steps``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from hermes_nb.config import RunConfig
+from hermes_nb.env.api_link import TrajectoryAPIError, TrajectoryLink
+from hermes_nb.env.base import BaseEnv
+from hermes_nb.env.process_mode import ProcessSummary, process
+from hermes_nb.env.server import InferenceError
+from hermes_nb.env.stats import ENV_QUEUE_SIZE, EVAL_SECONDS, GroupStats
+from hermes_nb.env.types import Item
+from hermes_nb.metrics.logger import MetricsLogger, WandbRunSettings, resolve_wandb_mode
+from hermes_nb.protocol.metrics import ENV_METRICS_FILE
+from hermes_nb.protocol.trajectory import RegisterEnv, RegisterEnvResponse, ScoredDataGroup
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ProcessSummary", "ServeOutcome", "evaluate_once", "process", "serve"]
+
+# How often the manager polls /status-env. atroposlib polls every 0.1 s; on two shared cores a quarter second
+# costs little latency (a CPU trainer step takes seconds) and a fraction of the HTTP load.
+POLL_S = 0.25
+# This many failed groups in a row means the environment or the inference server is broken, not unlucky.
+MAX_CONSECUTIVE_FAILURES = 20
+
+
+class ServeOutcome(BaseModel):
+    """How ``serve`` ended: ``completed`` (trainer reached total_steps), ``stopped`` (signal) or ``failed``."""
+
+    status: Literal["completed", "stopped", "failed"]
+    step: int
+    groups_posted: int = 0
+    error: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.status == "failed" else 0
+
+
+async def evaluate_once(env: BaseEnv) -> dict[str, float]:
+    """Set the environment up and run its evaluation once against its inference server."""
+    await env.setup()
+    return await env.evaluate()
+
+
+async def serve(
+    env: BaseEnv, run_config: RunConfig, *, stop: asyncio.Event | None = None, handle_signals: bool = True
+) -> ServeOutcome:
+    """Feed the run's trainer until it reaches ``total_steps``, ``stop`` is set, or SIGTERM/SIGINT arrives."""
+    stop = stop or asyncio.Event()
+    link = TrajectoryLink(env.config.rollout_server_url)
+    metrics = env_metrics_logger(env, run_config)
+    manager: _Manager | None = None
+    try:
+        with _stop_on_signals(stop, enabled=handle_signals):
+            await env.setup()
+            registration = await link.register(registration_for(env), stop=stop)
+            if registration is None:
+                return ServeOutcome(status="stopped", step=0)
+            manager = _Manager(env, link, metrics, stop)
+            await manager.configure(registration)
+            return await manager.run()
+    except (TrajectoryAPIError, InferenceError) as exc:
+        logger.error("environment stopped: %s", exc)
+        return ServeOutcome(status="failed", step=manager.step if manager else 0, error=str(exc))
+    finally:
+        if manager is not None:
+            await manager.shutdown()
+        await link.disconnect()
+        await link.aclose()
+        if metrics is not None:
+            metrics.close()
+        await env.server.aclose()
+
+
+def registration_for(env: BaseEnv) -> RegisterEnv:
+    config = env.config
+    return RegisterEnv(
+        max_token_length=config.max_token_length,
+        desired_name=config.wandb_name or env.name or type(env).__name__,
+        weight=config.inference_weight,
+        group_size=config.group_size,
+    )
+
+
+def env_metrics_logger(env: BaseEnv, run_config: RunConfig) -> MetricsLogger | None:
+    """``env_metrics.jsonl`` in the run directory, mirrored to the run's W&B project as ``<run>-env``."""
+    run_dir = run_config.infra.run_dir
+    if not run_dir:
+        return None
+    from hermes_nb.runs.wandb_names import env_wandb_run_name, wandb_run_name
+
+    trainer_name = wandb_run_name(run_config, run_config.infra.run_id or "local")
+    mode = resolve_wandb_mode(run_config.wandb.mode) if env.config.use_wandb else "disabled"
+    settings = WandbRunSettings(
+        project=run_config.wandb.project,
+        name=env_wandb_run_name(trainer_name),
+        group=trainer_name,
+        mode=mode,
+        dir=Path(run_dir),
+        entity=run_config.wandb.entity,
+        config={"env": env.config.model_dump(mode="json")},
+        role="env",
+    )
+    return MetricsLogger(Path(run_dir) / ENV_METRICS_FILE, wandb=settings)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: asyncio.Event, *, enabled: bool) -> Iterator[None]:
+    """SIGTERM (the supervisor's stop) and SIGINT set ``stop`` so the loop disconnects cleanly and exits 0."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT) if enabled else ():
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread, or a platform without loop signal handlers
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+class _Manager:
+    """The serve loop's state: workers in flight, backlog, counters, evaluation schedule."""
+
+    def __init__(self, env: BaseEnv, link: TrajectoryLink, metrics: MetricsLogger | None, stop: asyncio.Event):
+        self.env = env
+        self.config = env.config
+        self.link = link
+        self.metrics = metrics
+        self.stop = stop
+        self.backlog: list[Item] = []
+        self.workers: set[asyncio.Task[None]] = set()
+        self.stats = GroupStats()
+        self.groups_posted = 0
+        self.consecutive_failures = 0
+        self.last_error = ""
+        self.step = 0
+        self.total_steps = self.config.total_steps
+        self.batch_size = self.config.batch_size
+        self.max_token_len = self.config.max_token_length
+        self.eval_task: asyncio.Task[None] | None = None
+        self.last_eval_step = 0
+        self.queue_groups = 0
+
+    async def configure(self, registration: RegisterEnvResponse) -> None:
+        """The trainer's numbers win over the environment config's: they describe the run actually going on."""
+        if registration.num_steps and registration.num_steps > 0:
+            self.total_steps = registration.num_steps
+        self.step = self.last_eval_step = registration.starting_step or 0
+        self.env.curr_step = self.step
+        info = await self.link.info()
+        if info.batch_size > 0:
+            self.batch_size = info.batch_size
+        if info.max_token_len > 0:
+            self.max_token_len = info.max_token_len
+        logger.info(
+            "registered as env %s: step %d of %d, batch %d sequences, groups of %d, up to %d workers",
+            self.link.env_id, self.step, self.total_steps, self.batch_size, self.config.group_size,
+            self.config.max_num_workers,
+        )  # fmt: skip
+
+    async def run(self) -> ServeOutcome:
+        if self.step < self.total_steps:
+            await self.evaluate_blocking(self.step, "before training")
+        while not self.stop.is_set():
+            status = await self.link.status()
+            self.queue_groups = status.queue_size
+            await self.observe_step(status.current_step)
+            if status.current_step >= self.total_steps:
+                return await self.finish()
+            if (failure := self.reap()) is not None:
+                return failure
+            self.maybe_start_eval()
+            if self.eval_task is None:
+                await self.fill_workers()
+            await _sleep_or_stop(POLL_S, self.stop)
+        logger.info("stop requested at step %d; disconnecting", self.step)
+        return self.outcome("stopped")
+
+    async def finish(self) -> ServeOutcome:
+        logger.info("trainer reached step %d of %d; final evaluation", self.step, self.total_steps)
+        await self.cancel_workers()
+        await self.evaluate_blocking(self.step, "at the end")
+        return self.outcome("completed" if not self.stop.is_set() else "stopped")
+
+    def outcome(self, status: Literal["completed", "stopped", "failed"], error: str | None = None) -> ServeOutcome:
+        return ServeOutcome(status=status, step=self.step, groups_posted=self.groups_posted, error=error)
+
+    async def shutdown(self) -> None:
+        await self.cancel_workers()
+        if self.eval_task is not None:
+            self.eval_task.cancel()
+            await asyncio.gather(self.eval_task, return_exceptions=True)
+        await self.log_train_row()
+
+    # ---- metrics -------------------------------------------------------------------------------------------
+    async def observe_step(self, current_step: int) -> None:
+        """On each new trainer step, log what was collected since the last one (at the new step, as atroposlib)."""
+        if current_step == self.step:
+            return
+        self.step = self.env.curr_step = current_step
+        await self.log_train_row()
+
+    async def log_train_row(self) -> None:
+        stats, self.stats = self.stats, GroupStats()
+        try:
+            env_values = await self.env.wandb_log({})
+        except Exception:
+            logger.exception("%s.wandb_log failed; its metrics are skipped this step", type(self.env).__name__)
+            env_values = {}
+        if stats.empty and not env_values:
+            return
+        values = {**env_values, **stats.row(), ENV_QUEUE_SIZE: float(self.queue_groups)}
+        self.log(self.step, values)
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        logger.info("step %d: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in sorted(values.items())))
+        if self.metrics is not None:
+            self.metrics.log(step, values)
+
+    # ---- evaluation ----------------------------------------------------------------------------------------
+    def maybe_start_eval(self) -> None:
+        """Start an evaluation each time the trainer crosses a multiple of ``steps_per_eval``.
+
+        New workers wait while it runs (atroposlib's STOP_TRAIN, softened: groups in flight finish), so the
+        evaluation measures one policy and does not compete with sampling for the inference server.
+        """
+        if self.eval_task is not None and self.eval_task.done():
+            self.eval_task = None
+        every = self.config.steps_per_eval
+        if every <= 0 or self.eval_task is not None or self.step // every <= self.last_eval_step // every:
+            return
+        self.last_eval_step = self.step
+        self.eval_task = asyncio.create_task(self.evaluate_and_log(self.step))
+
+    async def evaluate_blocking(self, step: int, when: str) -> None:
+        logger.info("evaluating %s (step %d)", when, step)
+        task = asyncio.create_task(self.evaluate_and_log(step))
+        stopper = asyncio.create_task(self.stop.wait())
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        task.cancel()
+        await asyncio.gather(task, stopper, return_exceptions=True)
+
+    async def evaluate_and_log(self, step: int) -> None:
+        """A failed evaluation is logged and skipped: it must not end the training it measures."""
+        started = time.monotonic()
+        try:
+            results = await self.env.evaluate()
+        except Exception:
+            logger.exception("evaluation at step %d failed; skipped", step)
+            return
+        values = {k: float(v) for k, v in (results or {}).items() if isinstance(v, int | float)}
+        values[EVAL_SECONDS] = time.monotonic() - started
+        self.log(step, values)
+
+    # ---- workers -------------------------------------------------------------------------------------------
+    def worker_budget(self) -> int:
+        """Groups that may be in flight now: none while the API's queue holds ``max_batches_offpolicy`` batches
+        of sequences or already holds everything the remaining steps need; else what fills that room."""
+        group_size = self.config.group_size
+        queued_seqs = self.queue_groups * group_size  # the API's queue_size counts groups, as in atroposlib
+        room_seqs = self.config.max_batches_offpolicy * self.batch_size - queued_seqs
+        needed_seqs = (self.total_steps - self.step) * self.batch_size - queued_seqs
+        if room_seqs <= 0 or needed_seqs <= 0:
+            return 0
+        return min(self.config.max_num_workers, math.ceil(room_seqs / group_size))
+
+    async def fill_workers(self) -> None:
+        budget = self.worker_budget()
+        while len(self.workers) < budget and not self.stop.is_set():
+            item = await self.next_item()
+            if item is None:
+                return
+            task = asyncio.create_task(self.work(item))
+            self.workers.add(task)
+
+    async def next_item(self) -> Item | None:
+        if self.backlog:
+            return self.backlog.pop(0)
+        try:
+            return await self.env.get_next_item()
+        except Exception as exc:
+            logger.exception("%s.get_next_item failed", type(self.env).__name__)
+            self.count_failure(exc)
+            return None
+
+    async def work(self, item: Item) -> None:
+        started = time.monotonic()
+        result, backlog = await self.env.collect_trajectories(item)
+        self.backlog.extend(backlog or [])
+        group = self.admit(result)
+        if group is None:
+            self.stats.record_skipped(time.monotonic() - started)
+            return
+        await self.link.post_group(group)
+        self.groups_posted += 1
+        self.stats.record_posted(group, time.monotonic() - started)
+
+    def admit(self, result: ScoredDataGroup | dict[str, Any] | None) -> ScoredDataGroup | None:
+        """The group to send, or ``None`` to skip it (nothing to learn from, or too long for the trainer)."""
+        if result is None:
+            return None
+        group = result if isinstance(result, ScoredDataGroup) else ScoredDataGroup.model_validate(result)
+        if self.config.ensure_scores_are_not_same and len(set(group.scores)) <= 1:
+            return None
+        longest = max(len(tokens) for tokens in group.tokens)
+        if longest > self.max_token_len:
+            logger.warning("skipping a group: a sequence has %d tokens, the trainer takes %d", longest,
+                           self.max_token_len)  # fmt: skip
+            return None
+        return group
+
+    def reap(self) -> ServeOutcome | None:
+        """Collect finished workers; a failed one is logged with its traceback and its group skipped."""
+        for task in [t for t in self.workers if t.done()]:
+            self.workers.discard(task)
+            if task.cancelled():
+                continue
+            exc = task.exception()
+            if exc is None:
+                self.consecutive_failures = 0
+                continue
+            logger.error("a worker failed; its group is skipped", exc_info=exc)
+            self.count_failure(exc)
+        if self.consecutive_failures < MAX_CONSECUTIVE_FAILURES:
+            return None
+        message = (
+            f"{self.consecutive_failures} groups failed in a row (last: {self.last_error}); "
+            "the environment or the inference server is broken, see the tracebacks above"
+        )
+        logger.error(message)
+        return self.outcome("failed", message)
+
+    def count_failure(self, exc: BaseException) -> None:
+        self.consecutive_failures += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self.stats.record_failed()
+
+    async def cancel_workers(self) -> None:
+        for task in self.workers:
+            task.cancel()
+        await asyncio.gather(*self.workers, return_exceptions=True)
+        self.workers.clear()
+
+
+async def _sleep_or_stop(seconds: float, stop: asyncio.Event) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)

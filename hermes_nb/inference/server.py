@@ -1,0 +1,220 @@
+"""The inference server: OpenAI-compatible completions and chat, ``/generate`` on token ids, ``/health``.
+
+It runs inside the trainer process (uvicorn on a thread, see ``InferenceServer``) and samples from the live
+policy held by an ``InferenceEngine``. ``/health`` answers 503 until the first policy is published, so a
+supervisor can wait on it instead of sleeping. Logprobs are those of the distribution actually sampled from
+(see ``hermes_nb.inference.sampler``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import JSONResponse
+
+from hermes_nb.inference.engine import InferenceEngine, Policy
+from hermes_nb.inference.sampler import RowResult, SampleRow
+from hermes_nb.protocol.inference import (
+    ChatChoice,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatLogprobContent,
+    ChatLogprobs,
+    ChatResponseMessage,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    GeneratedSequence,
+    GenerateRequest,
+    GenerateResponse,
+    HealthResponse,
+    SamplingParams,
+    Usage,
+)
+
+
+def _policy(engine: InferenceEngine) -> Policy:
+    policy = engine.policy
+    if policy is None:
+        raise HTTPException(status_code=503, detail="model is still loading")
+    return policy
+
+
+def _check_prompt(policy: Policy, prompt: list[int], max_tokens: int, field: str) -> None:
+    if not prompt:
+        raise HTTPException(status_code=400, detail=f"{field}: the prompt is empty (it tokenizes to no tokens)")
+    vocab = len(policy.tokenizer)
+    if min(prompt) < 0 or max(prompt) >= vocab:
+        raise HTTPException(status_code=400, detail=f"{field}: token ids must be in [0, {vocab})")
+    limit = getattr(policy.model.config, "max_position_embeddings", None)
+    if limit is not None and len(prompt) + max_tokens > limit:
+        raise HTTPException(
+            status_code=400,
+            detail=f"{field}: prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds the model's "
+            f"context of {limit} tokens",
+        )
+
+
+def _stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    return (stop,) if isinstance(stop, str) else tuple(s for s in stop if s)
+
+
+def _rows(policy: Policy, prompts: list[list[int]], params: SamplingParams | GenerateRequest,
+          extra_stop_ids: list[int] | None = None, stop_strings: tuple[str, ...] = ()) -> list[SampleRow]:
+    """``n`` rows per prompt, prompt-major; a request seed gives row k the seed ``seed + k``."""
+    stop_ids = policy.eos_ids | frozenset(extra_stop_ids or [])
+    rows = []
+    for prompt in prompts:
+        for _ in range(params.n):
+            seed = None if params.seed is None else params.seed + len(rows)
+            rows.append(SampleRow(prompt=prompt, max_tokens=params.max_tokens, temperature=params.temperature,
+                                  top_p=params.top_p, stop_token_ids=stop_ids, stop_strings=stop_strings, seed=seed))
+    return rows
+
+
+def _text(policy: Policy, result: RowResult, stop_strings: tuple[str, ...]) -> str:
+    """Decoded completion, cut before the first stop string (OpenAI semantics: the stop is not returned)."""
+    text = policy.decode(result.token_ids)
+    cuts = [text.find(s) for s in stop_strings if s in text]
+    return text[: min(cuts)] if cuts else text
+
+
+def _usage(prompts: list[list[int]], n: int, results: list[RowResult]) -> Usage:
+    prompt_tokens = sum(len(p) for p in prompts) * n
+    completion_tokens = sum(len(r.token_ids) for r in results)
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                 total_tokens=prompt_tokens + completion_tokens)
+
+
+def _completion_logprobs(policy: Policy, result: RowResult) -> CompletionLogprobs:
+    tokens = [policy.tokenizer.decode([t]) for t in result.token_ids]
+    offsets, position = [], 0
+    for token in tokens:
+        offsets.append(position)
+        position += len(token)
+    return CompletionLogprobs(tokens=tokens, token_logprobs=result.logprobs, text_offset=offsets)
+
+
+def _encode_prompts(policy: Policy, prompt: str | list[str] | list[int]) -> list[list[int]]:
+    if isinstance(prompt, str):
+        return [list(policy.tokenizer.encode(prompt))]
+    if prompt and all(isinstance(p, int) for p in prompt):
+        return [[int(p) for p in prompt]]
+    return [list(policy.tokenizer.encode(p)) for p in prompt]
+
+
+def _chat_prompt(policy: Policy, request: ChatCompletionRequest) -> list[int]:
+    messages = [m.model_dump() for m in request.messages]
+    try:
+        text = policy.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    except ValueError as exc:  # no chat template
+        raise HTTPException(status_code=400, detail=f"messages: the model has no usable chat template ({exc})") from None
+    return list(policy.tokenizer.encode(str(text), add_special_tokens=False))
+
+
+def create_app(engine: InferenceEngine) -> FastAPI:
+    app = FastAPI(title="hermes-nb inference")
+
+    @app.get("/health", response_model=None)
+    async def health() -> HealthResponse | JSONResponse:
+        policy = engine.policy
+        if policy is None:
+            return JSONResponse(status_code=503, content={"status": "loading"})
+        return HealthResponse(model=policy.name, policy_version=policy.version)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        policy = _policy(engine)
+        return {"object": "list", "data": [{"id": policy.name, "object": "model", "owned_by": "hermes-nb"}]}
+
+    @app.post("/generate")
+    async def generate(request: GenerateRequest) -> GenerateResponse:
+        policy = _policy(engine)
+        for i, prompt in enumerate(request.prompt_token_ids):
+            _check_prompt(policy, prompt, request.max_tokens, f"prompt_token_ids[{i}]")
+        rows = _rows(policy, request.prompt_token_ids, request, request.stop_token_ids)
+        results, version = await engine.sample(rows)
+        sequences = [
+            GeneratedSequence(prompt_index=k // request.n, token_ids=r.token_ids, logprobs=r.logprobs,
+                              finish_reason=r.finish_reason)
+            for k, r in enumerate(results)
+        ]
+        return GenerateResponse(sequences=sequences, policy_version=version)
+
+    @app.post("/v1/completions")
+    async def completions(request: CompletionRequest) -> CompletionResponse:
+        policy = _policy(engine)
+        prompts = _encode_prompts(policy, request.prompt)
+        for i, prompt in enumerate(prompts):
+            _check_prompt(policy, prompt, request.max_tokens, f"prompt[{i}]")
+        stops = _stop_strings(request.stop)
+        results, _version = await engine.sample(_rows(policy, prompts, request, stop_strings=stops))
+        choices = []
+        for k, result in enumerate(results):
+            text = _text(policy, result, stops)
+            if request.echo:
+                text = policy.decode(prompts[k // request.n]) + text
+            logprobs = _completion_logprobs(policy, result) if request.logprobs is not None else None
+            choices.append(CompletionChoice(index=k, text=text, logprobs=logprobs, finish_reason=result.finish_reason,
+                                            token_ids=result.token_ids))
+        return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=policy.name,
+                                  choices=choices, usage=_usage(prompts, request.n, results), prompt_token_ids=prompts)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: ChatCompletionRequest) -> ChatCompletionResponse:
+        policy = _policy(engine)
+        prompt = _chat_prompt(policy, request)
+        _check_prompt(policy, prompt, request.max_tokens, "messages")
+        stops = _stop_strings(request.stop)
+        results, _version = await engine.sample(_rows(policy, [prompt], request, stop_strings=stops))
+        choices = []
+        for k, result in enumerate(results):
+            logprobs = None
+            if request.logprobs:
+                content = [ChatLogprobContent(token=policy.tokenizer.decode([t]), logprob=lp)
+                           for t, lp in zip(result.token_ids, result.logprobs, strict=True)]
+                logprobs = ChatLogprobs(content=content)
+            message = ChatResponseMessage(content=_text(policy, result, stops))
+            choices.append(ChatChoice(index=k, message=message, logprobs=logprobs, finish_reason=result.finish_reason,
+                                      token_ids=result.token_ids))
+        return ChatCompletionResponse(id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=policy.name,
+                                      choices=choices, usage=_usage([prompt], request.n, results),
+                                      prompt_token_ids=prompt)
+
+    return app
+
+
+class InferenceServer:
+    """uvicorn serving ``create_app(engine)`` on a daemon thread of this process (127.0.0.1 only)."""
+
+    def __init__(self, engine: InferenceEngine, port: int, host: str = "127.0.0.1") -> None:
+        import uvicorn
+
+        config = uvicorn.Config(create_app(engine), host=host, port=port, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="inference-server", daemon=True)
+        self.engine = engine
+        self.port = port
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start serving; returns once the socket listens (raises if uvicorn could not bind)."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"inference server could not start on port {self.port} (is it in use?)")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"inference server did not start on port {self.port} within {timeout:.0f} s")
+            time.sleep(0.01)  # readiness poll of an in-process flag, not a fixed wait
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout)
+        self.engine.close()

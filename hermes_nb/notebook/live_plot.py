@@ -1,0 +1,118 @@
+"""``LivePlot``: a ``MetricsPlot`` in one ``ipywidgets.Image``, refreshed from a daemon thread.
+
+Why an image widget: a widget's new value reaches the browser as a comm message, which the frontend applies
+whenever it arrives, also after the cell that made the plot has finished; no ``clear_output`` loop, no flicker,
+and the notebook does not grow a frame per update.
+
+Why also one display handle: a saved or headless-executed notebook keeps a widget only as a reference, not a
+picture. When displayed from IPython, the plot also leaves an empty output with a display id; when every run
+has ended it puts the final PNG there once (``update_display``), and hides the widget's image so a live page
+shows that one picture. ``wait()`` publishes it again from the calling cell, so nbclient, which only listens
+during a cell, records it too (an update replaces, so this never adds a second picture).
+"""
+
+from __future__ import annotations
+
+import html
+import uuid
+from collections.abc import Sequence
+
+import ipywidgets as widgets
+
+from hermes_nb.notebook.refresher import Refresher
+from hermes_nb.plotting.plot import MetricsPlot
+from hermes_nb.plotting.sources import MetricsSource
+
+# "At most about once a second": a training step takes longer than that, and each redraw costs kernel CPU.
+DEFAULT_REFRESH_INTERVAL_S = 1.0
+PLOT_CLASS = "hermes-nb-plot"
+
+
+class LivePlot:
+    def __init__(
+        self,
+        runs: Sequence[str | MetricsSource],
+        smoothing: float = 0.0,
+        interval_s: float = DEFAULT_REFRESH_INTERVAL_S,
+    ) -> None:
+        self.plot = MetricsPlot(runs, smoothing=smoothing)
+        self.image = widgets.Image(format="png", layout=widgets.Layout(width="100%", max_width="800px"))
+        self.image.add_class(PLOT_CLASS)
+        self.caption = widgets.HTML()
+        self.caption.add_class("hermes-nb-plot-caption")
+        self.widget = widgets.VBox([self.caption, self.image])
+        self.widget.add_class("hermes-nb-live-plot")
+        self.finished = False
+        self._final_display_id: str | None = None
+        self._refresher = Refresher("hermes-nb-live-plot", interval_s, self._tick)
+        self.refresh()  # the first frame now, so the image is never blank
+
+    @property
+    def running(self) -> bool:
+        return self._refresher.running
+
+    def refresh(self) -> bool:
+        """Read new rows and redraw if they changed anything (what the thread does every interval)."""
+        redrawn = self.plot.refresh()
+        if redrawn:
+            self.image.value = self.plot.png
+        self._update_caption()
+        return redrawn
+
+    def start(self) -> LivePlot:
+        if not self.finished:
+            self._refresher.start()
+        return self
+
+    def close(self) -> None:
+        """Stop refreshing; the last frame stays on screen."""
+        self._refresher.stop()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every run has ended and the final frame is drawn (True), or ``timeout`` seconds (False)."""
+        self.start()
+        self._refresher.join(timeout)
+        if self.finished:
+            self._publish_final()
+        return self.finished
+
+    def save(self, path: str) -> str:
+        return str(self.plot.save(path))
+
+    def _tick(self) -> bool:
+        done = self.plot.all_finished()  # before reading: rows written before the end are then all on disk
+        self.refresh()
+        if not done:
+            return True
+        self.finished = True
+        self._update_caption()
+        self._publish_final()
+        return False
+
+    def _publish_final(self) -> None:
+        if self._final_display_id is None:
+            return  # never displayed from IPython (a dashboard part, a test): the widget is the picture
+        from IPython.display import Image, update_display
+
+        update_display(Image(data=self.plot.png, format="png"), display_id=self._final_display_id)
+        self.image.layout.display = "none"
+
+    def _update_caption(self) -> None:
+        step = self.plot.latest_step()
+        runs = ", ".join(html.escape(source.label) for source in self.plot.sources)
+        state = "finished" if self.finished else "live"
+        at = "no metrics yet" if step is None else f"step {step}"
+        self.caption.value = f"<b>{runs}</b> · {at} · {state}"
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+        if self._final_display_id is None:
+            self._final_display_id = f"hermes-nb-final-plot-{uuid.uuid4().hex}"
+            display({"text/plain": ""}, raw=True, display_id=self._final_display_id)
+        self.start()
+
+    def __repr__(self) -> str:
+        runs = [source.label for source in self.plot.sources]
+        return f"LivePlot(runs={runs}, frames={self.plot.frames}, finished={self.finished})"

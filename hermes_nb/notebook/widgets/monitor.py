@@ -1,0 +1,174 @@
+"""Run monitor: status, progress with ETA, process states, Start and Stop, and a log tail.
+
+A daemon thread re-reads the run's status every ``interval_s`` (a few small file reads through the core) and
+stops by itself once the run has ended, after showing the final state.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+
+import ipywidgets as widgets
+
+from hermes_nb.errors import HermesNBError
+from hermes_nb.notebook import kernel_runs
+from hermes_nb.notebook.refresher import Refresher
+from hermes_nb.runs.reports import RunStatus, StartResult
+from hermes_nb.syncio import run_sync
+
+DEFAULT_STATUS_INTERVAL_S = 2.0
+LOG_LINES = 30
+LOG_PROCESSES = ("trainer", "env", "api", "supervisor")
+StartCallback = Callable[[StartResult], None]
+
+
+def format_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "ETA –"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"ETA {hours}h{minutes:02d}m" if hours else f"ETA {minutes}m{secs:02d}s"
+
+
+class RunMonitor:
+    def __init__(self, run_id: str | None = None, interval_s: float = DEFAULT_STATUS_INTERVAL_S) -> None:
+        self.run_id = kernel_runs.default_run(run_id) or _newest_run()
+        self.status = widgets.HTML()
+        self.status.add_class("hermes-nb-status")
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, description="Step")
+        self.progress.add_class("hermes-nb-progress")
+        self.eta = widgets.HTML()
+        self.eta.add_class("hermes-nb-eta")
+        self.processes = widgets.HTML()
+        self.processes.add_class("hermes-nb-processes")
+        self.start_button = widgets.Button(description="Start", button_style="success", tooltip="Start a run")
+        self.start_button.add_class("hermes-nb-start")
+        self.stop_button = widgets.Button(description="Stop", button_style="danger", tooltip="Stop the run")
+        self.stop_button.add_class("hermes-nb-stop")
+        self.log_process = widgets.Dropdown(options=LOG_PROCESSES, value="trainer", description="Log")
+        self.log = widgets.Textarea(disabled=True, layout=widgets.Layout(width="100%", height="180px"))
+        self.log.add_class("hermes-nb-log")
+        self.message = widgets.HTML()
+        self.message.add_class("hermes-nb-monitor-message")
+        controls = widgets.HBox([self.start_button, self.stop_button, self.message])
+        progress = widgets.HBox([self.progress, self.eta])
+        self.widget = widgets.VBox([self.status, progress, self.processes, controls, self.log_process, self.log])
+        self.widget.add_class("hermes-nb-run-monitor")
+        self.last_status: RunStatus | None = None
+        self._callbacks: list[StartCallback] = []
+        self._refresher = Refresher("hermes-nb-run-monitor", interval_s, self.refresh)
+        self.start_button.on_click(lambda _: self.start())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.log_process.observe(lambda _: self._update_log(), names="value")
+        if self.refresh():
+            self._refresher.start()
+
+    @property
+    def refreshing(self) -> bool:
+        return self._refresher.running
+
+    def on_start(self, callback: StartCallback) -> None:
+        self._callbacks.append(callback)
+
+    def start(self) -> StartResult | None:
+        """Start a run with the current config and follow it."""
+        from hermes_nb.runs.api import rl_start_training
+
+        self._say("Starting …")
+        try:
+            result = run_sync(rl_start_training())
+        except HermesNBError as exc:
+            self._say(str(exc), error=True)
+            return None
+        kernel_runs.remember_started(result.run_id)
+        self.follow(result.run_id)
+        self._say(f"Started {result.run_id}")
+        for callback in self._callbacks:
+            callback(result)
+        return result
+
+    def stop(self) -> None:
+        """Ask the run to stop; the refresh shows ``stopping`` and then ``stopped``."""
+        from hermes_nb.runs.api import rl_stop_training
+
+        if self.run_id is None:
+            self._say("No run to stop.", error=True)
+            return
+        try:
+            result = run_sync(rl_stop_training(self.run_id, wait=False))
+        except HermesNBError as exc:
+            self._say(str(exc), error=True)
+            return
+        self._say(f"Stop requested: {result.status}")
+        self.refresh()
+
+    def follow(self, run_id: str) -> None:
+        self.run_id = run_id
+        if self.refresh():
+            self._refresher.start()
+
+    def refresh(self) -> bool:
+        """Show the run's current state; True while the run goes on (the refresh thread's tick)."""
+        from hermes_nb.runs.api import rl_check_status
+
+        if self.run_id is None:
+            self.status.value = "No run yet: choose an environment and press <b>Start</b>."
+            self._set_buttons(running=False)
+            return False
+        try:
+            status = run_sync(rl_check_status(self.run_id))
+        except HermesNBError as exc:
+            self.status.value = f"<span style='color:#b00020'>{html.escape(str(exc))}</span>"
+            return False
+        self._show(status)
+        self._update_log()
+        return not status.is_terminal
+
+    def close(self) -> None:
+        self._refresher.stop()
+
+    def _show(self, status: RunStatus) -> None:
+        self.last_status = status
+        error = f" — {html.escape(status.error)}" if status.error else ""
+        self.status.value = (
+            f"Run <b>{html.escape(status.run_id)}</b> ({html.escape(status.environment)}): "
+            f"<b class='hermes-nb-status-{status.status}'>{status.status}</b>{error}"
+        )
+        self.progress.max = max(status.total_steps, 1)
+        self.progress.value = min(status.step, self.progress.max)
+        self.progress.description = f"{status.step}/{status.total_steps}"
+        self.eta.value = "" if status.is_terminal else format_eta(status.eta_seconds)
+        rows = "".join(
+            f"<tr><td>{html.escape(p.name)}</td><td>{html.escape(p.state)}</td>"
+            f"<td>{'' if p.exit_code is None else f'exit {p.exit_code}'}</td></tr>"
+            for p in status.processes
+        )
+        self.processes.value = f"<table>{rows}</table>" if rows else ""
+        self._set_buttons(running=not status.is_terminal)
+
+    def _update_log(self) -> None:
+        from hermes_nb.runs.api import rl_tail_logs
+
+        if self.run_id is None:
+            return
+        try:
+            tail = run_sync(rl_tail_logs(self.run_id, process=str(self.log_process.value), lines=LOG_LINES))
+        except HermesNBError as exc:
+            self.log.value = str(exc)
+            return
+        self.log.value = "\n".join(tail.lines)
+
+    def _set_buttons(self, running: bool) -> None:
+        self.start_button.disabled = running
+        self.stop_button.disabled = not running
+
+    def _say(self, message: str, error: bool = False) -> None:
+        style = " style='color:#b00020'" if error else ""
+        self.message.value = f"<span{style}>{html.escape(message)}</span>"
+
+
+def _newest_run() -> str | None:
+    from hermes_nb.runs.registry import latest_run_id
+
+    return latest_run_id()

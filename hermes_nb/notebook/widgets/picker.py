@@ -1,0 +1,100 @@
+"""Environment picker: the environments with their descriptions, a filter box; choosing one selects it."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+
+import ipywidgets as widgets
+
+from hermes_nb.discovery import EnvironmentInfo
+from hermes_nb.errors import HermesNBError
+from hermes_nb.results import SelectionResult
+from hermes_nb.syncio import run_sync
+
+SelectionCallback = Callable[[SelectionResult], None]
+LIST_ROWS = 8
+
+
+class EnvironmentPicker:
+    def __init__(self) -> None:
+        self.filter = widgets.Text(placeholder="filter by name or description", description="Filter")
+        self.filter.add_class("hermes-nb-picker-filter")
+        self.list = widgets.Select(options=[], rows=LIST_ROWS, description="Environment")
+        self.list.add_class("hermes-nb-picker")
+        self.details = widgets.HTML()
+        self.details.add_class("hermes-nb-picker-details")
+        self.status = widgets.HTML()
+        self.status.add_class("hermes-nb-picker-status")
+        self.widget = widgets.VBox([self.filter, self.list, self.details, self.status])
+        self.widget.add_class("hermes-nb-environment-picker")
+        self.environments: list[EnvironmentInfo] = []
+        self.selected: str | None = None
+        self._callbacks: list[SelectionCallback] = []
+        self._quiet = False  # True while options are replaced, so that is not taken for a choice
+        self.filter.observe(self._on_filter, names="value")
+        self.list.observe(self._on_choice, names="value")
+        self.reload()
+
+    def on_select(self, callback: SelectionCallback) -> None:
+        self._callbacks.append(callback)
+
+    def reload(self) -> None:
+        """Scan the environments again (a file written from a cell appears here)."""
+        from hermes_nb.api import current_state, rl_list_environments
+
+        listing = run_sync(rl_list_environments())
+        self.environments = listing.environments
+        current = current_state().environment
+        self.selected = current.name if current else None
+        problems = "".join(f"<br>⚠ {html.escape(f'{e.file}: {e.message}')}" for e in listing.errors)
+        self.status.value = problems[4:] if problems else ""
+        self._show(self.filter.value)
+
+    def select(self, name: str) -> SelectionResult | None:
+        """Select ``name`` through the core, as choosing it in the list does; None when the core refused."""
+        from hermes_nb.api import rl_select_environment
+
+        self.status.value = f"Loading {html.escape(name)} …"
+        try:
+            result = run_sync(rl_select_environment(name))
+        except HermesNBError as exc:
+            self.status.value = f"<span class='hermes-nb-error'>{html.escape(str(exc))}</span>"
+            return None
+        self.selected = name
+        self.status.value = html.escape(result.message)
+        for callback in self._callbacks:
+            callback(result)
+        return result
+
+    def _show(self, text: str) -> None:
+        needle = text.strip().lower()
+        shown = [e for e in self.environments if needle in e.name.lower() or needle in e.description.lower()]
+        self._quiet = True
+        try:
+            self.list.options = [(e.name, e.name) for e in shown]
+            names = [e.name for e in shown]
+            self.list.value = self.selected if self.selected in names else None
+        finally:
+            self._quiet = False
+        self._describe(self.list.value)
+
+    def _describe(self, name: str | None) -> None:
+        info = next((e for e in self.environments if e.name == name), None)
+        if info is None:
+            self.details.value = "<i>Choose an environment.</i>"
+            return
+        self.details.value = (
+            f"<b>{html.escape(info.name)}</b> — {html.escape(info.description)}"
+            f"<br><small>{html.escape(info.class_name)} in {html.escape(info.file)}</small>"
+        )
+
+    def _on_filter(self, change: dict[str, object]) -> None:
+        self._show(str(change["new"]))
+
+    def _on_choice(self, change: dict[str, object]) -> None:
+        name = change["new"]
+        if self._quiet or not isinstance(name, str) or name == self.selected:
+            return
+        self._describe(name)
+        self.select(name)

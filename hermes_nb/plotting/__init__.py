@@ -1,0 +1,21 @@
+"""The four-panel metrics plot (reward, percent correct train and eval, loss), drawn off-screen.
+
+No widgets and no threads here: ``hermes_nb.notebook.LivePlot`` puts a ``MetricsPlot`` in a widget and
+refreshes it from a thread. ``save_metrics_plot`` writes a PNG from plain code.
+"""
+
+from hermes_nb.plotting.figure import PANELS, PLOTTED_KEYS, MetricsFigure
+from hermes_nb.plotting.plot import MetricsPlot, save_metrics_plot
+from hermes_nb.plotting.sources import MetricsSource, RunFilesSource, WandbRunSource, source_for
+
+__all__ = [
+    "PANELS",
+    "PLOTTED_KEYS",
+    "MetricsFigure",
+    "MetricsPlot",
+    "MetricsSource",
+    "RunFilesSource",
+    "WandbRunSource",
+    "save_metrics_plot",
+    "source_for",
+]

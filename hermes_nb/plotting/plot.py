@@ -1,0 +1,74 @@
+"""``MetricsPlot``: sources + accumulated series + figure. No widgets and no threads; those are the notebook's.
+
+``refresh`` reads only new rows and redraws only when they changed something, so calling it every second on an
+idle run costs two ``stat``-sized reads and no drawing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from hermes_nb.errors import HermesNBError
+from hermes_nb.plotting.figure import PLOTTED_KEYS, MetricsFigure
+from hermes_nb.plotting.series import RunSeries
+from hermes_nb.plotting.sources import MetricsSource, source_for
+
+
+class MetricsPlot:
+    def __init__(self, runs: Sequence[str | MetricsSource], smoothing: float = 0.0) -> None:
+        """``runs``: run ids, ``entity/project/run_id`` W&B paths, or ready sources; overlaid, one colour each."""
+        if not runs:
+            raise HermesNBError("a metrics plot needs at least one run id (see %rl_runs) or W&B run path")
+        if not 0.0 <= smoothing < 1.0:
+            raise HermesNBError(f"smoothing must be at least 0 and below 1 (0 = raw), got {smoothing}")
+        self.sources = [source_for(run) if isinstance(run, str) else run for run in runs]
+        labels = [source.label for source in self.sources]
+        if len(set(labels)) != len(labels):
+            raise HermesNBError(f"each run can be plotted once; got {labels}")
+        self.series = {label: RunSeries(PLOTTED_KEYS) for label in labels}
+        self.figure = MetricsFigure(labels, smoothing)
+        # The refresh thread and the kernel (refresh, save) may both read and draw; figures are not thread safe.
+        self._lock = threading.RLock()
+        self.png = b""
+        self.frames = 0
+
+    def all_finished(self) -> bool:
+        return all(source.finished() for source in self.sources)
+
+    def refresh(self) -> bool:
+        """Read new rows; redraw when they changed the data (or nothing was drawn yet). True when redrawn."""
+        with self._lock:
+            changed = False
+            for source in self.sources:
+                changed |= self.series[source.label].add_rows(source.poll())
+            if not changed and self.png:
+                return False
+            self.figure.update(self.series)
+            self.png = self.figure.render_png()
+            self.frames += 1
+            return True
+
+    def latest_step(self) -> int | None:
+        step_arrays = [run.arrays(key)[0] for run in self.series.values() for key in PLOTTED_KEYS]
+        steps = [int(s[-1]) for s in step_arrays if s.size]
+        return max(steps) if steps else None
+
+    def save(self, path: str | Path) -> Path:
+        """Write the current picture as a PNG file."""
+        with self._lock:
+            if not self.png:
+                self.refresh()
+            png = self.png
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(png)
+        return path
+
+
+def save_metrics_plot(runs: Sequence[str], path: str | Path, smoothing: float = 0.0) -> Path:
+    """Plot every row the runs have so far and write it to ``path`` (PNG), e.g. after a headless run."""
+    plot = MetricsPlot(runs, smoothing=smoothing)
+    plot.refresh()
+    return plot.save(path)

@@ -1,0 +1,83 @@
+"""Checkpoints are complete, loadable and listed; the trajectory record survives a torn tail."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_model import make_tiny_model
+
+from hermes_nb.config import RunConfig
+from hermes_nb.protocol.trajectory import ScoredDataGroup
+from hermes_nb.trainer.checkpoints import (
+    TRAJECTORIES_FILE,
+    load_checkpoint,
+    read_checkpoints,
+    read_trajectories,
+    record_batch,
+    save_checkpoint,
+)
+from hermes_nb.trainer.local_backend import LocalBackend
+from hermes_nb.trainer.types import AdamParams, Datum
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def _trained_backend(model_dir: Path) -> LocalBackend:
+    backend = LocalBackend(model_dir)
+    datum = Datum(input_tokens_T=[5, 6, 7], target_tokens_T=[6, 7, 8], weights_T=[0, 1, 1],
+                  sampling_logprobs_T=[0.0, -4.0, -4.0], advantages_T=[1.0, 1.0, 1.0])
+    backend.forward_backward([datum], "importance_sampling")
+    backend.optim_step(AdamParams(learning_rate=1e-2))
+    return backend
+
+
+def test_checkpoint_holds_model_tokenizer_state_and_config(model_dir: Path, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    backend = _trained_backend(model_dir)
+    config = RunConfig(env={"total_steps": 3})
+    record = save_checkpoint(backend, config, tmp_path, 3, "final", {"train/loss": 0.5})
+    path = Path(record.path)
+    assert path == tmp_path / "checkpoints" / "step_3"
+    loaded = AutoModelForCausalLM.from_pretrained(str(path))
+    for a, b in zip(backend.model.parameters(), loaded.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert AutoTokenizer.from_pretrained(str(path)).encode("12") == backend.tokenizer.encode("12")
+    state = torch.load(path / "trainer_state.pt", weights_only=False)
+    assert state["step"] == 3 and state["optimizer"]["state"] and "torch" in state["rng"]
+    assert RunConfig.load(path / "config.yaml").env == {"total_steps": 3}
+    assert [(r.step, r.kind, r.metrics) for r in read_checkpoints(tmp_path)] == [(3, "final", {"train/loss": 0.5})]
+    assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".tmp")]
+
+
+def test_load_checkpoint_restores_step_and_rng(model_dir: Path, tmp_path: Path) -> None:
+    backend = _trained_backend(model_dir)
+    record = save_checkpoint(backend, RunConfig(), tmp_path, 5, "interval")
+    expected = torch.rand(3)
+    assert load_checkpoint(LocalBackend(model_dir), Path(record.path)) == 5
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_torn_checkpoints_line_is_skipped(tmp_path: Path) -> None:
+    line = {"step": 1, "path": "x", "time": 1.0, "kind": "interval", "metrics": {}}
+    (tmp_path / "checkpoints.jsonl").write_text(json.dumps(line) + "\n" + '{"step": 2, "pa')
+    assert [r.step for r in read_checkpoints(tmp_path)] == [1]
+
+
+def test_trajectories_are_read_back_and_a_truncated_tail_is_ignored(tmp_path: Path) -> None:
+    group = ScoredDataGroup(tokens=[[1, 2, 3]], masks=[[-100, 2, 3]], scores=[1.0])
+    for step in (1, 2, 3):
+        record_batch(tmp_path, step, [group])
+    path = tmp_path / TRAJECTORIES_FILE
+    assert [step for step, _ in read_trajectories(path)] == [1, 2, 3]
+    assert next(iter(read_trajectories(path)))[1] == [group]
+    path.write_bytes(path.read_bytes()[:-7])  # a crash in the middle of writing step 3
+    assert [step for step, _ in read_trajectories(path)] == [1, 2]
