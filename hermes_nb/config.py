@@ -76,6 +76,13 @@ class InfraConfig(BaseModel):
     api_port: int | None = None
     inference_port: int | None = None
     tokenizer_name: str | None = None
+    # Resolved from trainer.resume_from / pretrained_model_path / replay_from by the launcher (hermes_nb.runs.transfer)
+    # so that the trainer never has to interpret run ids: a checkpoint to resume (weights + optimizer + step), the
+    # step it continues after, initial weights only (transfer), and the trajectories file to replay.
+    resume_checkpoint: str | None = None
+    start_step: int = 0
+    init_weights: str | None = None
+    replay_trajectories: str | None = None
 
 
 class EnvironmentRef(BaseModel):
@@ -107,7 +114,9 @@ class RunConfig(BaseModel):
         except yaml.YAMLError as exc:
             raise ConfigError(f"{source}: not valid YAML ({exc})") from None
         if not isinstance(data, dict):
-            raise ConfigError(f"{source}: expected a mapping of sections (env, trainer, wandb), got {type(data).__name__}")
+            raise ConfigError(
+                f"{source}: expected a mapping of sections (env, trainer, wandb), got {type(data).__name__}"
+            )
         try:
             return cls.model_validate(data)
         except ValidationError as exc:

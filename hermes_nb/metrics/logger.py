@@ -164,9 +164,7 @@ class _WandbSink:
             return
         self._thread.join(timeout)
         if self._thread.is_alive():
-            logger.warning(
-                "W&B (%s) did not finish within %.0f s; leaving it behind", self.settings.role, timeout
-            )
+            logger.warning("W&B (%s) did not finish within %.0f s; leaving it behind", self.settings.role, timeout)
 
     def _run(self) -> None:
         try:

@@ -118,8 +118,11 @@ class WandbRunSource:
         if not self._due(self._last_poll) and self._state not in WANDB_FINISHED_STATES:
             return []
         self._last_poll = self._clock()
-        rows = [row for item in self._client.history(self._path, list(PLOTTED_KEYS), self._next_step)
-                if (row := _row_from_history(item)) is not None]
+        rows = [
+            row
+            for item in self._client.history(self._path, list(PLOTTED_KEYS), self._next_step)
+            if (row := _row_from_history(item)) is not None
+        ]
         if rows:
             self._next_step = max(row.step for row in rows) + 1
         return rows

@@ -9,20 +9,41 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from hermes_nb import editing
-from hermes_nb.api import current_state
+from hermes_nb import editing, session
+from hermes_nb.config import InfraConfig, RunConfig
+from hermes_nb.discovery import EnvironmentInfo
 from hermes_nb.errors import NoEnvironmentSelectedError
 from hermes_nb.runs import history, launcher, status, stop
+from hermes_nb.runs.registry import resolve_run
 from hermes_nb.runs.reports import LogTail, RunList, RunResults, RunStatus, StartResult, StopResult
+from hermes_nb.schema import read_schema
+from hermes_nb.session import SessionState
 
 
-async def rl_start_training(**overrides: Any) -> StartResult:
+async def _resume_state(run_id: str) -> SessionState:
+    """The config of the run to resume (its environment, env, trainer and W&B settings), fresh infrastructure."""
+    source = RunConfig.load(resolve_run(run_id).config)
+    env = source.environment
+    if env is None:
+        raise NoEnvironmentSelectedError(f"trainer.resume_from: run {run_id} has no environment in its config")
+    trainer = source.trainer.model_copy(
+        update={"resume_from": run_id, "pretrained_model_path": None, "transfer_learning": False}
+    )
+    config = source.model_copy(update={"infra": InfraConfig(), "trainer": trainer})
+    config = config.model_copy(update={"wandb": config.wandb.model_copy(update={"run_name": None})})
+    info = EnvironmentInfo(name=env.name, class_name=env.class_name, file=env.file, description="", config_class="")
+    return SessionState(environment=info, env_schema=await read_schema(env.file, env.class_name), config=config)
+
+
+async def rl_start_training(resume_from: str | None = None, **overrides: Any) -> StartResult:
     """Start a run of the selected environment with the current config (plus ``overrides``, not saved).
 
     ``overrides`` take the same names as ``rl_edit_config`` (``total_steps=5``, ``trainer.learning_rate=1e-3``
     via ``**{"trainer.learning_rate": 1e-3}``) and are validated the same way, all-or-nothing.
+    ``resume_from=<run id>`` continues that stopped or failed run from its last checkpoint, with its config and
+    optimizer state; step numbers continue (raise ``total_steps`` to go further than it was to go).
     """
-    state = current_state()
+    state = await _resume_state(resume_from) if resume_from else session.load()
     if state.config.environment is None:
         raise NoEnvironmentSelectedError(f"no environment selected: {editing.SELECT_FIRST}")
     if overrides:

@@ -17,6 +17,7 @@ from hermes_nb.net import LOOPBACK, free_port
 from hermes_nb.runs.ids import new_run_id
 from hermes_nb.runs.layout import RunPaths
 from hermes_nb.runs.state import RunState, write_run_state
+from hermes_nb.runs.transfer import resolve_transfer
 from hermes_nb.runs.wandb_names import wandb_run_name
 
 # The intermediate launcher process forks the supervisor and exits; it never takes long.
@@ -120,6 +121,7 @@ def start_run(config: RunConfig) -> tuple[RunConfig, RunState, RunPaths]:
     """Validate, lay out, and launch. Returns the resolved config, the initial state and the paths."""
     home.load_keys()
     validate_for_start(config)
+    config = resolve_transfer(config, Path(resolve_base_model(config.trainer.base_model)))
     run_id = new_run_id()
     paths = RunPaths.for_run(run_id)
     paths.run_dir.mkdir(parents=True, exist_ok=False)

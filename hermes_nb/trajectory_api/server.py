@@ -35,6 +35,8 @@ log = logging.getLogger("hermes_nb.trajectory_api")
 # atroposlib's default rollout_server_url is http://localhost:8000, so an unconfigured atroposlib env finds us.
 DEFAULT_PORT = 8000
 NOT_REGISTERED = "Trainer not registered. Call /register first."
+# Below this a body parses in a few milliseconds, less than the hop to a worker thread and back.
+_INLINE_PARSE_BYTES = 256 * 1024
 
 _GROUP = TypeAdapter(ScoredDataGroup)
 _GROUPS = TypeAdapter(list[ScoredDataGroup])
@@ -77,9 +79,14 @@ async def _read_raw(request: Request, limit: int) -> bytes:
 
 async def _read(request: Request, adapter: TypeAdapter[T], root: str = "") -> T:
     limit = _state(request).limits.max_body_bytes
-    raw = await _read_raw(request, limit)
+    return await _parse(await _read_raw(request, limit), request, adapter, root, limit)
+
+
+async def _parse(raw: bytes, request: Request, adapter: TypeAdapter[T], root: str, limit: int) -> T:
     encoding = request.headers.get("content-encoding", "")
-    # Parsing and validating a large body takes a while; off the loop, /health keeps answering meanwhile.
+    if len(raw) < _INLINE_PARSE_BYTES:
+        return _decode_and_validate(raw, encoding, adapter, root, limit)
+    # Parsing a large body takes a while; in a worker thread, /health and /batch keep answering meanwhile.
     return await run_in_threadpool(_decode_and_validate, raw, encoding, adapter, root, limit)
 
 
@@ -165,8 +172,7 @@ async def _env_id_from_body_or_query(request: Request) -> int:
     limit = _state(request).limits.max_body_bytes
     raw = await _read_raw(request, limit)
     if raw.strip():
-        encoding = request.headers.get("content-encoding", "")
-        return (await run_in_threadpool(_decode_and_validate, raw, encoding, _ENV_ID, "", limit)).env_id
+        return (await _parse(raw, request, _ENV_ID, "", limit)).env_id
     query = request.query_params.get("env_id")
     if query is None:
         raise RequestRejected(422, 'env_id: missing; send {"env_id": N} as the body or ?env_id=N')

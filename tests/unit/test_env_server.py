@@ -63,23 +63,22 @@ def test_unreachable_server_gives_up_after_the_retry_window() -> None:
 
 
 def test_invalid_request_fails_at_once_with_the_field_named() -> None:
-    with fake_inference_server() as (url, state):
-        with pytest.raises(InferenceError, match="max_tokens"):
-            asyncio.run(_sample_and_close(manager(url), "a", max_tokens=0))
+    with fake_inference_server() as (url, state), pytest.raises(InferenceError, match="max_tokens"):
+        asyncio.run(_sample_and_close(manager(url), "a", max_tokens=0))
     assert state.completion_requests == 0
 
 
 def test_4xx_from_the_server_is_not_retried() -> None:
-    with fake_inference_server() as (url, state):
-        with pytest.raises(InferenceError, match="HTTP 400: prompt: refused"):
-            asyncio.run(_sample_and_close(manager(url), REJECTED_PROMPT))
+    refused = pytest.raises(InferenceError, match="HTTP 400: prompt: refused")
+    with fake_inference_server() as (url, state), refused:
+        asyncio.run(_sample_and_close(manager(url), REJECTED_PROMPT))
     assert state.completion_requests == 1
 
 
 def test_misaligned_logprobs_are_refused() -> None:
-    with fake_inference_server(FakeInferenceState(bad_logprobs=True)) as (url, _):
-        with pytest.raises(InferenceError, match="logprobs for"):
-            asyncio.run(_sample_and_close(manager(url), "a", n=2))
+    refused = pytest.raises(InferenceError, match="logprobs for")
+    with fake_inference_server(FakeInferenceState(bad_logprobs=True)) as (url, _), refused:
+        asyncio.run(_sample_and_close(manager(url), "a", n=2))
 
 
 def test_concurrency_is_capped_per_server() -> None:

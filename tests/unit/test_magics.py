@@ -98,7 +98,7 @@ def test_assignment_without_equals_is_a_usage_error(ip: InteractiveShell) -> Non
 
 
 def test_unknown_environment_is_a_usage_error_naming_it(ip: InteractiveShell) -> None:
-    with pytest.raises(UsageError, match="unknown environment 'aritmetic'.*arithmetic"):
+    with pytest.raises(UsageError, match=r"unknown environment 'aritmetic'.*arithmetic"):
         line(ip, "rl_select aritmetic")
 
 

@@ -67,9 +67,7 @@ def test_non_finite_values_are_dropped_not_written_as_invalid_json(tmp_path: Pat
 
 
 def test_offline_wandb_writes_run_files_under_the_run_dir(tmp_path: Path) -> None:
-    settings = WandbRunSettings(
-        project="hermes-nb-test", name="unit", mode="offline", dir=tmp_path, role="env"
-    )
+    settings = WandbRunSettings(project="hermes-nb-test", name="unit", mode="offline", dir=tmp_path, role="env")
     metrics = MetricsLogger(tmp_path / "env_metrics.jsonl", wandb=settings)
     for step in range(3):
         metrics.log(step, {"train/reward_mean": step / 2})

@@ -85,7 +85,9 @@ MALFORMED_JSON = [
 ]
 
 
-@pytest.mark.parametrize(("payload", "code", "names"), [c[1:] for c in MALFORMED_JSON], ids=[c[0] for c in MALFORMED_JSON])
+@pytest.mark.parametrize(
+    ("payload", "code", "names"), [c[1:] for c in MALFORMED_JSON], ids=[c[0] for c in MALFORMED_JSON]
+)
 def test_a_malformed_group_is_refused_naming_the_field_and_nothing_is_queued(
     app: FastAPI, payload: Any, code: int, names: str
 ) -> None:
@@ -194,7 +196,11 @@ def test_a_gzipped_body_is_accepted_as_atroposlib_environments_send_it(app: Fast
     body = gzip.compress(json.dumps(scored()).encode())
 
     response = call(
-        app, "POST", "/scored_data", content=body, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        app,
+        "POST",
+        "/scored_data",
+        content=body,
+        headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
     )
 
     assert response.json() == {"status": "received"}
@@ -222,10 +228,16 @@ def test_status_env_takes_env_id_as_a_get_body_or_a_query(app: FastAPI) -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "code", "names"),
-    [({}, 422, "env_id: missing"), ({"json": {"env_id": 5}}, 404, "env_id: no environment 5"), ({"params": {"env_id": "x"}}, 422, "env_id")],
+    [
+        ({}, 422, "env_id: missing"),
+        ({"json": {"env_id": 5}}, 404, "env_id: no environment 5"),
+        ({"params": {"env_id": "x"}}, 422, "env_id"),
+    ],
     ids=["missing", "unknown", "not-an-int"],
 )
-def test_status_env_without_a_known_env_id_is_refused(app: FastAPI, kwargs: dict[str, Any], code: int, names: str) -> None:
+def test_status_env_without_a_known_env_id_is_refused(
+    app: FastAPI, kwargs: dict[str, Any], code: int, names: str
+) -> None:
     call(app, "POST", "/register", json=REGISTRATION)
 
     response = call(app, "GET", "/status-env", **kwargs)
@@ -279,9 +291,7 @@ def test_concurrent_posts_are_each_queued_exactly_once(app: FastAPI) -> None:
 
     async def go() -> list[int]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
-            answers = await asyncio.gather(
-                *(client.post("/scored_data", json=scored(first=i)) for i in range(posts))
-            )
+            answers = await asyncio.gather(*(client.post("/scored_data", json=scored(first=i)) for i in range(posts)))
             return [a.status_code for a in answers]
 
     assert asyncio.run(go()) == [200] * posts
@@ -334,7 +344,11 @@ def test_the_process_serves_an_atroposlib_style_session_binds_loopback_only_and_
         env_id = http.post("/register-env", json=ENV).json()["env_id"]
         gz = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
         for first in (10, 20):
-            http.post("/scored_data", content=gzip.compress(json.dumps(scored(env_id=env_id, first=first)).encode()), headers=gz)
+            http.post(
+                "/scored_data",
+                content=gzip.compress(json.dumps(scored(env_id=env_id, first=first)).encode()),
+                headers=gz,
+            )
         status = http.request("GET", "/status-env", json={"env_id": env_id}).json()
         batch = http.get("/batch").json()["batch"]
         health = http.get("/health").json()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from hermes_nb.protocol.trajectory import MASK_IGNORE, Registration, RegisterEnv, ScoredDataGroup
+from hermes_nb.protocol.trajectory import MASK_IGNORE, RegisterEnv, Registration, ScoredDataGroup
 from hermes_nb.trajectory_api import batching
 from hermes_nb.trajectory_api.state import ApiLimits, RequestRejected, TrajectoryState
 
@@ -13,7 +13,7 @@ from hermes_nb.trajectory_api.state import ApiLimits, RequestRejected, Trajector
 def group(size: int, env_id: int | None = None, length: int = 3, first_token: int = 1) -> ScoredDataGroup:
     """``size`` sequences of ``length`` tokens; the first token is the prompt. Token ids tell groups apart."""
     tokens = [[first_token + i] * length for i in range(size)]
-    masks = [[MASK_IGNORE] + seq[1:] for seq in tokens]
+    masks = [[MASK_IGNORE, *seq[1:]] for seq in tokens]
     return ScoredDataGroup(tokens=tokens, masks=masks, scores=[float(i % 2) for i in range(size)], env_id=env_id)
 
 
@@ -23,9 +23,17 @@ def registered(batch_size: int = 8, max_token_len: int = 64, limits: ApiLimits |
     return state
 
 
-def add_env(state: TrajectoryState, group_size: int, **kwargs: object) -> int:
+def add_env(
+    state: TrajectoryState, group_size: int, weight: float = 1.0, min_batch_allocation: float | None = None
+) -> int:
     answer = state.register_env(
-        RegisterEnv(max_token_length=64, desired_name="arith", group_size=group_size, **kwargs)  # type: ignore[arg-type]
+        RegisterEnv(
+            max_token_length=64,
+            desired_name="arith",
+            group_size=group_size,
+            weight=weight,
+            min_batch_allocation=min_batch_allocation,
+        )
     )
     assert answer.env_id is not None
     return answer.env_id
@@ -247,7 +255,12 @@ def test_register_env_returns_id_unique_name_and_the_trainer_settings() -> None:
     state = TrajectoryState()
     state.register(
         Registration(
-            batch_size=8, max_token_len=64, num_steps=20, starting_step=3, checkpoint_dir="/ck", save_checkpoint_interval=5
+            batch_size=8,
+            max_token_len=64,
+            num_steps=20,
+            starting_step=3,
+            checkpoint_dir="/ck",
+            save_checkpoint_interval=5,
         )
     )
 

@@ -14,6 +14,8 @@ from hermes_nb.syncio import run_sync
 
 SelectionCallback = Callable[[SelectionResult], None]
 LIST_ROWS = 8
+# Wide enough for the name and the start of the description's first sentence in a notebook column.
+LABEL_CHARS = 72
 
 
 class EnvironmentPicker:
@@ -35,6 +37,11 @@ class EnvironmentPicker:
         self.filter.observe(self._on_filter, names="value")
         self.list.observe(self._on_choice, names="value")
         self.reload()
+
+    @property
+    def shown(self) -> list[str]:
+        """Names of the environments the list shows now (after the filter)."""
+        return [name for _, name in self.list.options]
 
     def on_select(self, callback: SelectionCallback) -> None:
         self._callbacks.append(callback)
@@ -72,7 +79,7 @@ class EnvironmentPicker:
         shown = [e for e in self.environments if needle in e.name.lower() or needle in e.description.lower()]
         self._quiet = True
         try:
-            self.list.options = [(e.name, e.name) for e in shown]
+            self.list.options = [(_label(e), e.name) for e in shown]
             names = [e.name for e in shown]
             self.list.value = self.selected if self.selected in names else None
         finally:
@@ -98,3 +105,8 @@ class EnvironmentPicker:
             return
         self._describe(name)
         self.select(name)
+
+
+def _label(info: EnvironmentInfo) -> str:
+    label = f"{info.name} — {info.description}" if info.description else info.name
+    return label if len(label) <= LABEL_CHARS else label[: LABEL_CHARS - 1] + "…"

@@ -1,0 +1,165 @@
+"""Resume, transfer and replay inputs, resolved and checked before anything starts.
+
+The trainer never interprets run ids: the launcher turns ``trainer.resume_from``, ``pretrained_model_path`` and
+``replay_from`` into paths in ``infra`` (``resume_checkpoint`` + ``start_step``, ``init_weights``,
+``replay_trajectories``). Every unusable input is a ``TransferError`` naming the field and what would do.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hermes_nb.config import RunConfig
+from hermes_nb.errors import TransferError, UnknownRunError
+from hermes_nb.runs.checkpoint_index import read_checkpoints
+from hermes_nb.runs.layout import RunPaths
+from hermes_nb.runs.registry import known_run_ids, load_state, resolve_run
+from hermes_nb.runs.reports import CheckpointInfo
+
+RESUMABLE_STATUSES = ("stopped", "failed", "completed")
+TRAINER_STATE_FILE = "trainer_state.pt"
+BEST_SUFFIX = "@best"
+# Architecture fields that must agree for weights of one model to load into another's shape.
+_SHAPE_KEYS = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+)
+
+
+def _run_paths(field: str, run_id: str) -> RunPaths:
+    try:
+        return resolve_run(run_id)
+    except UnknownRunError as exc:
+        raise TransferError(f"{field}: {exc}") from None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def resume_point(run_id: str, total_steps: int) -> tuple[str, int]:
+    """The last checkpoint of a finished run that has optimizer state, and its step."""
+    paths = _run_paths("trainer.resume_from", run_id)
+    state = load_state(paths)
+    if state.status not in RESUMABLE_STATUSES:
+        raise TransferError(
+            f"trainer.resume_from: run {run_id} is {state.status}; stop it first (only a stopped, failed or "
+            "completed run can be resumed)"
+        )
+    usable = [c for c in read_checkpoints(paths.checkpoints_index) if (Path(c.path) / TRAINER_STATE_FILE).is_file()]
+    if not usable:
+        raise TransferError(f"trainer.resume_from: run {run_id} has no checkpoint with trainer state to resume from")
+    last = usable[-1]
+    if last.step >= total_steps:
+        raise TransferError(
+            f"total_steps: run {run_id} already reached step {last.step}; set total_steps above {last.step} to resume"
+        )
+    return last.path, last.step
+
+
+def _best_checkpoint(paths: RunPaths, checkpoints: list[CheckpointInfo]) -> CheckpointInfo:
+    """The checkpoint whose most recent evaluation (at or before its step) scored highest."""
+    from hermes_nb.metrics.reader import read_all_metrics
+    from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT
+
+    evals = [
+        (r.step, r.values[EVAL_PERCENT_CORRECT])
+        for r in read_all_metrics(paths.env_metrics)
+        if EVAL_PERCENT_CORRECT in r.values
+    ]
+
+    def score(checkpoint: CheckpointInfo) -> float:
+        before = [value for step, value in evals if step <= checkpoint.step]
+        return before[-1] if before else -1.0
+
+    return max(checkpoints, key=lambda c: (score(c), c.step))
+
+
+def weights_path(reference: str) -> Path:
+    """A run id (its final checkpoint), ``<run id>@best``, a checkpoint directory, or a model directory."""
+    run_id = reference.removesuffix(BEST_SUFFIX)
+    if run_id in known_run_ids():
+        paths = resolve_run(run_id)
+        checkpoints = read_checkpoints(paths.checkpoints_index)
+        if not checkpoints:
+            raise TransferError(f"trainer.pretrained_model_path: run {run_id} has no checkpoint")
+        chosen = _best_checkpoint(paths, checkpoints) if reference.endswith(BEST_SUFFIX) else checkpoints[-1]
+        return Path(chosen.path)
+    path = Path(reference).expanduser()
+    if not (path / "config.json").is_file():
+        raise TransferError(
+            f"trainer.pretrained_model_path: {reference!r} is neither a run id nor a model or checkpoint directory "
+            "(no config.json there); use a run id from rl_list_runs(), '<run id>@best', or a directory"
+        )
+    return path
+
+
+def check_compatible(weights: Path, base_model: Path) -> None:
+    """Same architecture shape and the same tokenizer vocabulary as the run's base model."""
+    source, target = _read_json(weights / "config.json"), _read_json(base_model / "config.json")
+    differing = [k for k in _SHAPE_KEYS if source.get(k) != target.get(k)]
+    if differing:
+        shown = ", ".join(f"{k} {source.get(k)!r} vs {target.get(k)!r}" for k in differing)
+        raise TransferError(
+            f"trainer.pretrained_model_path: {weights} has another architecture than the base model "
+            f"{base_model} ({shown})"
+        )
+    source_vocab = _read_json(weights / "tokenizer.json").get("model", {}).get("vocab")
+    target_vocab = _read_json(base_model / "tokenizer.json").get("model", {}).get("vocab")
+    if source_vocab is not None and target_vocab is not None and source_vocab != target_vocab:
+        raise TransferError(
+            f"trainer.pretrained_model_path: {weights} uses another tokenizer than the base model {base_model}"
+        )
+
+
+def replay_file(run_id: str) -> Path:
+    paths = _run_paths("trainer.replay_from", run_id)
+    if not paths.trajectories.is_file() or paths.trajectories.stat().st_size == 0:
+        raise TransferError(
+            f"trainer.replay_from: run {run_id} recorded no trajectories ({paths.trajectories} "
+            "is missing or empty); replay a run that trained at least one step"
+        )
+    return paths.trajectories
+
+
+def resolve_transfer(config: RunConfig, base_model_dir: Path) -> RunConfig:
+    trainer = config.trainer
+    updates: dict[str, Any] = {}
+    if trainer.resume_from and trainer.pretrained_model_path:
+        raise TransferError(
+            "trainer.pretrained_model_path: cannot be combined with trainer.resume_from; a resumed "
+            "run continues from its own weights"
+        )
+    if trainer.resume_from:
+        total_steps = int(config.env.get("total_steps", 0))
+        updates["resume_checkpoint"], updates["start_step"] = resume_point(trainer.resume_from, total_steps)
+    if trainer.pretrained_model_path:
+        weights = weights_path(trainer.pretrained_model_path)
+        check_compatible(weights, base_model_dir)
+        updates["init_weights"] = str(weights)
+    if trainer.transfer_learning:
+        if not trainer.replay_from:
+            raise TransferError(
+                "trainer.replay_from: transfer_learning is on but no run to replay is named; set it "
+                "to a run id from rl_list_runs()"
+            )
+        if trainer.transfer_weight <= 0 or trainer.fine_tune_steps <= 0:
+            raise TransferError(
+                "trainer.transfer_weight and trainer.fine_tune_steps: both must be > 0 when "
+                "transfer_learning is on, or nothing is replayed"
+            )
+        updates["replay_trajectories"] = str(replay_file(trainer.replay_from))
+    if not updates:
+        return config
+    return config.model_copy(update={"infra": config.infra.model_copy(update=updates)})

@@ -1,0 +1,199 @@
+"""The training loop: in process with a list of batches, and as the real trainer process against the real
+trajectory API, fed with groups sampled from the trainer's own inference server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from tiny_model import make_tiny_model
+
+from hermes_nb.config import RunConfig, TrainerConfig
+from hermes_nb.metrics.logger import MetricsLogger
+from hermes_nb.net import free_port
+from hermes_nb.protocol import metrics as keys
+from hermes_nb.protocol.trajectory import ScoredDataGroup
+from hermes_nb.trainer.checkpoints import read_checkpoints, read_trajectories
+from hermes_nb.trainer.local_backend import LocalBackend
+from hermes_nb.trainer.loop import LoopSettings, run_training, train_step
+
+torch.set_num_threads(1)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def _group(first: int, scores: list[float]) -> ScoredDataGroup:
+    tokens = [[first, first + 1, 20 + i, 30 + i] for i in range(len(scores))]
+    masks = [[-100, -100, t[2], t[3]] for t in tokens]
+    return ScoredDataGroup(tokens=tokens, masks=masks, scores=scores)
+
+
+class ListSource:
+    def __init__(self, batches: list[list[ScoredDataGroup]], stop_after: int | None = None) -> None:
+        self.batches, self.stop_after, self.served = list(batches), stop_after, 0
+
+    def next_batch(self, stop: threading.Event) -> list[ScoredDataGroup] | None:
+        if not self.batches:
+            return None
+        self.served += 1
+        if self.stop_after is not None and self.served >= self.stop_after:
+            stop.set()  # a SIGTERM arriving while the step trains
+        return self.batches.pop(0)
+
+
+def _settings(tmp_path: Path, model_dir: Path, total_steps: int, interval: int) -> tuple[LoopSettings, RunConfig]:
+    trainer = TrainerConfig(base_model=str(model_dir), save_checkpoint_interval=interval, learning_rate=1e-3)
+    config = RunConfig(env={"batch_size": 4, "total_steps": total_steps}, trainer=trainer)
+    return LoopSettings.from_config(config, tmp_path), config
+
+
+def test_loop_logs_every_step_checkpoints_and_records_batches(model_dir: Path, tmp_path: Path) -> None:
+    settings, config = _settings(tmp_path, model_dir, total_steps=3, interval=2)
+    metrics = MetricsLogger(tmp_path / "metrics.jsonl")
+    batches = [[_group(5, [1.0, 0.0]), _group(7, [0.0, 0.0])] for _ in range(3)]
+    outcome = run_training(LocalBackend(model_dir), ListSource(batches), settings, config,
+                           stop=threading.Event(), metrics=metrics)
+    metrics.close()
+    assert (outcome.reason, outcome.last_step) == ("completed", 3)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for key in (keys.TRAIN_LOSS, keys.TRAIN_LEARNING_RATE, keys.TRAIN_STEP_SECONDS, keys.TRAIN_TOKENS_PER_SECOND,
+                keys.TRAIN_SEQUENCES_PER_SECOND):
+        assert key in rows[0]["values"]
+    assert rows[0]["values"][keys.TRAIN_REWARD_MEAN] == 0.25
+    assert rows[0]["values"][keys.TRAIN_PERCENT_CORRECT] == 0.25
+    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path)] == [(2, "interval"), (3, "final")]
+    assert [step for step, _ in read_trajectories(tmp_path / "trajectories.jsonl.gz")] == [1, 2, 3]
+
+
+def test_stop_finishes_the_step_and_saves_a_stop_checkpoint(model_dir: Path, tmp_path: Path) -> None:
+    settings, config = _settings(tmp_path, model_dir, total_steps=10, interval=0)
+    batches = [[_group(5, [1.0, 0.0])] for _ in range(10)]
+    metrics = MetricsLogger(tmp_path / "metrics.jsonl")
+    outcome = run_training(LocalBackend(model_dir), ListSource(batches, stop_after=2), settings, config,
+                           stop=threading.Event(), metrics=metrics)
+    metrics.close()
+    assert (outcome.reason, outcome.last_step) == ("stopped", 2)
+    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path)] == [(2, "stop")]
+
+
+def test_a_batch_without_signal_takes_no_optimizer_step(model_dir: Path) -> None:
+    backend = LocalBackend(model_dir)
+    before = [p.clone() for p in backend.model.parameters()]
+    values = train_step(backend, [_group(5, [1.0, 1.0])], TrainerConfig())
+    assert values[keys.TRAIN_LOSS] == 0.0 and values["train/trained_sequences"] == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, backend.model.parameters(), strict=True))
+
+
+# ---- the real processes ---------------------------------------------------------------------------------
+
+
+def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture
+def api_url(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    log = (tmp_path / "api.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "hermes_nb.trajectory_api", "--host", "127.0.0.1", "--port",
+                             str(port)], stdout=log, stderr=subprocess.STDOUT, env=_env())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(lambda: _ok(f"{url}/health"), 30, "the trajectory API")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def _start_trainer(tmp_path: Path, model_dir: Path, api_url: str, total_steps: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    config = RunConfig(
+        env={"batch_size": 8, "total_steps": total_steps, "group_size": 4, "max_token_length": 32},
+        trainer=TrainerConfig(base_model=str(model_dir), save_checkpoint_interval=2, learning_rate=1e-3,
+                              torch_threads=1),
+        infra={"api_url": api_url, "inference_port": port, "run_dir": str(tmp_path), "run_id": "t1"},
+    )
+    config.save(tmp_path / "config.yaml")
+    log = (tmp_path / "trainer.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "hermes_nb.trainer", "--config", str(tmp_path / "config.yaml")],
+                            stdout=log, stderr=subprocess.STDOUT, env=_env())
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _post_sampled_groups(api_url: str, inference_url: str, count: int) -> None:
+    """Groups sampled from the trainer's own server, scored by a toy rule (first sampled token is even)."""
+    for i in range(count):
+        prompt = [10 + i % 5, 11]
+        sampled = httpx.post(f"{inference_url}/generate", timeout=30,
+                             json={"prompt_token_ids": [prompt], "n": 4, "max_tokens": 4}).json()["sequences"]
+        tokens = [prompt + s["token_ids"] for s in sampled]
+        group = {
+            "tokens": tokens,
+            "masks": [[-100] * len(prompt) + s["token_ids"] for s in sampled],
+            "scores": [float(s["token_ids"][0] % 2 == 0) for s in sampled],
+            "inference_logprobs": [[1.0] * len(prompt) + s["logprobs"] for s in sampled],
+        }
+        httpx.post(f"{api_url}/scored_data", json=group, timeout=10).raise_for_status()
+
+
+def test_trainer_process_trains_against_the_api_and_exits_0(model_dir: Path, tmp_path: Path, api_url: str) -> None:
+    proc, inference_url = _start_trainer(tmp_path, model_dir, api_url, total_steps=3)
+    try:
+        _wait(lambda: _ok(f"{inference_url}/health"), 60, "the trainer's inference server")
+        _wait(lambda: httpx.get(f"{api_url}/health").json().get("trainer_registered"), 30, "registration")
+        _post_sampled_groups(api_url, inference_url, count=6)  # 3 batches of 2 groups x 4
+        assert proc.wait(60) == 0, (tmp_path / "trainer.log").read_text()
+    finally:
+        proc.kill()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path)] == [(2, "interval"), (3, "final")]
+    assert "trainer completed at step 3" in (tmp_path / "trainer.log").read_text()
+
+
+def test_sigterm_saves_a_stop_checkpoint_and_exits_0(model_dir: Path, tmp_path: Path, api_url: str) -> None:
+    proc, inference_url = _start_trainer(tmp_path, model_dir, api_url, total_steps=50)
+    try:
+        _wait(lambda: _ok(f"{inference_url}/health"), 60, "the trainer's inference server")
+        _wait(lambda: httpx.get(f"{api_url}/health").json().get("trainer_registered"), 30, "registration")
+        _post_sampled_groups(api_url, inference_url, count=2)
+        metrics = tmp_path / "metrics.jsonl"
+        _wait(lambda: metrics.is_file() and metrics.read_text().strip() != "", 30, "the first step")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, (tmp_path / "trainer.log").read_text()
+    finally:
+        proc.kill()
+    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path)] == [(1, "stop")]
+    assert "trainer stopped at step 1" in (tmp_path / "trainer.log").read_text()
