@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec
 
 from hermes_nb import api
@@ -23,7 +23,7 @@ def _dumps(data: Any) -> str:
     return json.dumps(data, indent=2, default=str)
 
 
-def json_tool(core: Callable[P, Awaitable[Result]]) -> Callable[P, Awaitable[str]]:
+def json_tool(core: Callable[P, Awaitable[Result]]) -> Callable[P, Coroutine[Any, Any, str]]:
     """Wrap an async core function so that it answers a JSON string and never raises a user error."""
 
     @functools.wraps(core)
@@ -45,6 +45,6 @@ rl_reset_config = json_tool(api.rl_reset_config)
 rl_load_config = json_tool(api.rl_load_config)
 
 
-def all_tools() -> dict[str, Callable[..., Awaitable[str]]]:
+def all_tools() -> dict[str, Callable[..., Coroutine[Any, Any, str]]]:
     """Name -> tool, for agent frameworks that register tools from a mapping (every ``rl_*`` above)."""
     return {name: value for name, value in globals().items() if name.startswith("rl_") and callable(value)}

@@ -40,7 +40,9 @@ def _parser() -> argparse.ArgumentParser:
 def _bind(host: str, port: int) -> socket.socket:
     """Bind before serving, so a failure is one clear line and the log names the port really bound."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio turns on TCP_NODELAY only for sockets that say so, and without it every
+    # kept-alive response waits ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

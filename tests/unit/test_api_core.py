@@ -65,7 +65,11 @@ def test_select_answers_with_the_original_keys_and_sets_the_config(envs: Path) -
 
 def test_selecting_an_environment_whose_import_raises_changes_nothing(envs: Path) -> None:
     asyncio.run(api.rl_select_environment("simple"))
-    write_env(envs, "bad.py", "from hermes_nb.env import BaseEnv\nimport no_such_module_xyz\n" + env_class("Bad", env_name="bad"))
+    write_env(
+        envs,
+        "bad.py",
+        "from hermes_nb.env import BaseEnv\nimport no_such_module_xyz\n" + env_class("Bad", env_name="bad"),
+    )
     with pytest.raises(EnvironmentLoadError, match="No module named 'no_such_module_xyz'"):
         asyncio.run(api.rl_select_environment("bad"))
     assert asyncio.run(api.rl_get_current_config()).environment == "simple"

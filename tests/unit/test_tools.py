@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from core_env_files import SIMPLE_ENV, write_env
@@ -18,16 +19,16 @@ def envs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HERMES_NB_ENV_PATH", str(tmp_path / "envs"))
 
 
-def call(name: str, *args: object) -> dict[str, object]:
+def call(name: str, *args: object) -> dict[str, Any]:
     answer = asyncio.run(tools.all_tools()[name](*args))
     assert isinstance(answer, str)
-    data: dict[str, object] = json.loads(answer)
+    data: dict[str, Any] = json.loads(answer)
     return data
 
 
 def test_the_flow_of_the_original_tool_works_with_json_answers() -> None:
     listed = call("rl_list_environments")
-    assert "simple" in [e["name"] for e in listed["environments"]]  # type: ignore[union-attr,index]
+    assert "simple" in [e["name"] for e in listed["environments"]]
     assert call("rl_select_environment", "simple")["environment"] == "simple"
     assert call("rl_edit_config", "group_size", 4)["value"] == 4
     config = call("rl_get_current_config")

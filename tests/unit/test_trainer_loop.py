@@ -124,9 +124,9 @@ def _env() -> dict[str, str]:
 @pytest.fixture
 def api_url(tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    log = (tmp_path / "api.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "hermes_nb.trajectory_api", "--host", "127.0.0.1", "--port",
-                             str(port)], stdout=log, stderr=subprocess.STDOUT, env=_env())
+    with (tmp_path / "api.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "hermes_nb.trajectory_api", "--host", "127.0.0.1", "--port",
+                                 str(port)], stdout=log, stderr=subprocess.STDOUT, env=_env())
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(lambda: _ok(f"{url}/health"), 30, "the trajectory API")
@@ -134,7 +134,6 @@ def api_url(tmp_path: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
-        log.close()
 
 
 def _start_trainer(tmp_path: Path, model_dir: Path, api_url: str, total_steps: int) -> tuple[subprocess.Popen, str]:
@@ -146,9 +145,9 @@ def _start_trainer(tmp_path: Path, model_dir: Path, api_url: str, total_steps: i
         infra={"api_url": api_url, "inference_port": port, "run_dir": str(tmp_path), "run_id": "t1"},
     )
     config.save(tmp_path / "config.yaml")
-    log = (tmp_path / "trainer.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "hermes_nb.trainer", "--config", str(tmp_path / "config.yaml")],
-                            stdout=log, stderr=subprocess.STDOUT, env=_env())
+    with (tmp_path / "trainer.log").open("w") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "hermes_nb.trainer", "--config", str(tmp_path / "config.yaml")],
+                                stdout=log, stderr=subprocess.STDOUT, env=_env())
     return proc, f"http://127.0.0.1:{port}"
 
 

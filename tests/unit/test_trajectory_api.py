@@ -381,3 +381,32 @@ def test_the_process_names_the_port_when_it_is_taken() -> None:
                 proc.communicate()
     assert proc.returncode == 1
     assert f"cannot listen on {LOOPBACK}:{port}" in log
+
+
+def test_the_listening_socket_declares_tcp_so_that_asyncio_turns_off_nagle() -> None:
+    # With protocol 0, asyncio leaves Nagle on and every kept-alive answer waited ~40 ms for a delayed ACK.
+    from hermes_nb.trajectory_api.__main__ import _bind
+
+    with _bind(LOOPBACK, 0) as sock:
+        assert sock.proto == socket.IPPROTO_TCP
+
+
+def test_the_payload_of_atroposlib_default_collect_trajectories_is_accepted(app: FastAPI) -> None:
+    # What atroposlib's BaseEnv sends when no member had advantages, messages or overrides.
+    payload = {
+        **scored(),
+        "advantages": [],
+        "ref_logprobs": [],
+        "messages": [],
+        "group_overrides": {},
+        "overrides": [],
+        "images": [],
+        "distill_token_ids": None,
+        "distill_logprobs": None,
+    }
+
+    response = call(app, "POST", "/scored_data", json=payload)
+
+    assert response.json() == {"status": "received"}
+    latest = call(app, "GET", "/latest_example").json()
+    assert (latest["advantages"], latest["overrides"], latest["images"]) == (None, None, [])
