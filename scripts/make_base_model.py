@@ -56,7 +56,10 @@ MODEL_SHAPE = {
 MAX_POSITIONS = 128
 # The quickstart task is the one whose accuracy decides when pretraining stops.
 QUICKSTART_TASK = "add"
-EVAL_EVERY = 50
+# Addition is the hardest task for its length and the one RL is shown on: half of every batch (4 : 1+1+1+1).
+ADD_WEIGHT = 4.0
+# Accuracy rises steeply once addition "clicks" (under 10% to over 30% within ~150 steps): check often.
+EVAL_EVERY = 25
 EVAL_ITEMS = 200
 
 
@@ -97,7 +100,7 @@ def pretraining_tasks() -> list[Task]:
     """The mix: every shipped task at its default config, addition and subtraction as separate tasks."""
     arithmetic = load_environment("arithmetic")
     tasks = [
-        Task("add", arithmetic, arithmetic.ArithmeticConfig(operation="add", eval_items=EVAL_ITEMS), 1.0),
+        Task("add", arithmetic, arithmetic.ArithmeticConfig(operation="add", eval_items=EVAL_ITEMS), ADD_WEIGHT),
         Task("sub", arithmetic, arithmetic.ArithmeticConfig(operation="sub", eval_items=EVAL_ITEMS), 1.0),
     ]
     for name, config_cls in (
@@ -191,9 +194,7 @@ def pretrain(model: Any, tokenizer: Any, tasks: list[Task], args: argparse.Names
     started = time.perf_counter()
     step = 0
     while step < args.max_steps:
-        # One task per batch: rows of one task have nearly equal lengths, so little compute goes to padding.
-        task = rng.choices(tasks, weights)[0]
-        items = [task.train_item(rng) for _ in range(args.batch_size)]
+        items = [rng.choices(tasks, weights)[0].train_item(rng) for _ in range(args.batch_size)]
         loss = model(**make_batch(tokenizer, items)).loss
         optimizer.zero_grad()
         loss.backward()
@@ -213,10 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--stop-at", type=float, default=0.25, help="quickstart held-out accuracy to stop at")
+    parser.add_argument("--stop-at", type=float, default=0.2, help="quickstart held-out accuracy to stop at")
     parser.add_argument("--max-steps", type=int, default=6000)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=2e-3)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # reproducible numerics, and the other core stays free
     torch.manual_seed(args.seed)

@@ -80,8 +80,12 @@ def _nucleus(logp_BV: torch.Tensor, top_p_B: torch.Tensor) -> torch.Tensor:
     return kept_BV - torch.logsumexp(kept_BV, dim=-1, keepdim=True)
 
 
-def draw(logp_BV: torch.Tensor, rows: Sequence[SampleRow], generators: dict[int, torch.Generator],
-         batch_generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def draw(
+    logp_BV: torch.Tensor,
+    rows: Sequence[SampleRow],
+    generators: dict[int, torch.Generator],
+    batch_generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row (Gumbel-max, exact for the categorical) -> ``(tokens [B], logprobs [B])``."""
     uniform_BV = torch.rand(logp_BV.shape, generator=batch_generator)
     for i, row in enumerate(rows):
@@ -156,17 +160,26 @@ def generate(
     ids_PL, mask_PL, positions_PL = left_pad([list(p) for p in unique], pad_id)
     cache = DynamicCache()
     cache_arg = cache_argument(model)
-    out = model(input_ids=ids_PL, attention_mask=mask_PL, position_ids=positions_PL, use_cache=True,
-                logits_to_keep=1, **{cache_arg: cache})
+    out = model(
+        input_ids=ids_PL,
+        attention_mask=mask_PL,
+        position_ids=positions_PL,
+        use_cache=True,
+        logits_to_keep=1,
+        **{cache_arg: cache},
+    )
     cache.batch_select_indices(row_prompt)  # [P, ...] -> [B, ...]
     mask_BL = mask_PL[row_prompt]
     next_position_B = positions_PL[row_prompt, -1] + 1
     logits_BV = out.logits[row_prompt, -1, :]
     while True:
         logp_BV = sampling_logprobs(logits_BV, batch.temperature_B, batch.top_p_B)
-        tokens_B, chosen_B = draw(logp_BV, [rows[i] for i in batch.active],
-                                  {p: batch.generators[i] for p, i in enumerate(batch.active) if i in batch.generators},
-                                  generator)
+        tokens_B, chosen_B = draw(
+            logp_BV,
+            [rows[i] for i in batch.active],
+            {p: batch.generators[i] for p, i in enumerate(batch.active) if i in batch.generators},
+            generator,
+        )
         running: list[int] = []
         tokens, chosen = tokens_B.tolist(), chosen_B.tolist()
         for position, row_index in enumerate(batch.active):
@@ -184,7 +197,12 @@ def generate(
             mask_BL, tokens_B, next_position_B = mask_BL[index], tokens_B[index], next_position_B[index]
             batch.keep(running)
         mask_BL = torch.cat([mask_BL, torch.ones((len(running), 1), dtype=torch.long)], dim=1)
-        out = model(input_ids=tokens_B[:, None], attention_mask=mask_BL, position_ids=next_position_B[:, None],
-                    use_cache=True, **{cache_arg: cache})
+        out = model(
+            input_ids=tokens_B[:, None],
+            attention_mask=mask_BL,
+            position_ids=next_position_B[:, None],
+            use_cache=True,
+            **{cache_arg: cache},
+        )
         next_position_B = next_position_B + 1
         logits_BV = out.logits[:, -1, :]

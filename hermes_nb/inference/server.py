@@ -66,16 +66,30 @@ def _stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
     return (stop,) if isinstance(stop, str) else tuple(s for s in stop if s)
 
 
-def _rows(policy: Policy, prompts: list[list[int]], params: SamplingParams | GenerateRequest,
-          extra_stop_ids: list[int] | None = None, stop_strings: tuple[str, ...] = ()) -> list[SampleRow]:
+def _rows(
+    policy: Policy,
+    prompts: list[list[int]],
+    params: SamplingParams | GenerateRequest,
+    extra_stop_ids: list[int] | None = None,
+    stop_strings: tuple[str, ...] = (),
+) -> list[SampleRow]:
     """``n`` rows per prompt, prompt-major; a request seed gives row k the seed ``seed + k``."""
     stop_ids = policy.eos_ids | frozenset(extra_stop_ids or [])
     rows = []
     for prompt in prompts:
         for _ in range(params.n):
             seed = None if params.seed is None else params.seed + len(rows)
-            rows.append(SampleRow(prompt=prompt, max_tokens=params.max_tokens, temperature=params.temperature,
-                                  top_p=params.top_p, stop_token_ids=stop_ids, stop_strings=stop_strings, seed=seed))
+            rows.append(
+                SampleRow(
+                    prompt=prompt,
+                    max_tokens=params.max_tokens,
+                    temperature=params.temperature,
+                    top_p=params.top_p,
+                    stop_token_ids=stop_ids,
+                    stop_strings=stop_strings,
+                    seed=seed,
+                )
+            )
     return rows
 
 
@@ -89,8 +103,9 @@ def _text(policy: Policy, result: RowResult, stop_strings: tuple[str, ...]) -> s
 def _usage(prompts: list[list[int]], n: int, results: list[RowResult]) -> Usage:
     prompt_tokens = sum(len(p) for p in prompts) * n
     completion_tokens = sum(len(r.token_ids) for r in results)
-    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                 total_tokens=prompt_tokens + completion_tokens)
+    return Usage(
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
+    )
 
 
 def _completion_logprobs(policy: Policy, result: RowResult) -> CompletionLogprobs:
@@ -115,7 +130,9 @@ def _chat_prompt(policy: Policy, request: ChatCompletionRequest) -> list[int]:
     try:
         text = policy.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     except ValueError as exc:  # no chat template
-        raise HTTPException(status_code=400, detail=f"messages: the model has no usable chat template ({exc})") from None
+        raise HTTPException(
+            status_code=400, detail=f"messages: the model has no usable chat template ({exc})"
+        ) from None
     return list(policy.tokenizer.encode(str(text), add_special_tokens=False))
 
 
@@ -142,8 +159,9 @@ def create_app(engine: InferenceEngine) -> FastAPI:
         rows = _rows(policy, request.prompt_token_ids, request, request.stop_token_ids)
         results, version = await engine.sample(rows)
         sequences = [
-            GeneratedSequence(prompt_index=k // request.n, token_ids=r.token_ids, logprobs=r.logprobs,
-                              finish_reason=r.finish_reason)
+            GeneratedSequence(
+                prompt_index=k // request.n, token_ids=r.token_ids, logprobs=r.logprobs, finish_reason=r.finish_reason
+            )
             for k, r in enumerate(results)
         ]
         return GenerateResponse(sequences=sequences, policy_version=version)
@@ -162,10 +180,23 @@ def create_app(engine: InferenceEngine) -> FastAPI:
             if request.echo:
                 text = policy.decode(prompts[k // request.n]) + text
             logprobs = _completion_logprobs(policy, result) if request.logprobs is not None else None
-            choices.append(CompletionChoice(index=k, text=text, logprobs=logprobs, finish_reason=result.finish_reason,
-                                            token_ids=result.token_ids))
-        return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=policy.name,
-                                  choices=choices, usage=_usage(prompts, request.n, results), prompt_token_ids=prompts)
+            choices.append(
+                CompletionChoice(
+                    index=k,
+                    text=text,
+                    logprobs=logprobs,
+                    finish_reason=result.finish_reason,
+                    token_ids=result.token_ids,
+                )
+            )
+        return CompletionResponse(
+            id=f"cmpl-{uuid.uuid4().hex}",
+            created=int(time.time()),
+            model=policy.name,
+            choices=choices,
+            usage=_usage(prompts, request.n, results),
+            prompt_token_ids=prompts,
+        )
 
     @app.post("/v1/chat/completions")
     async def chat(request: ChatCompletionRequest) -> ChatCompletionResponse:
@@ -178,15 +209,29 @@ def create_app(engine: InferenceEngine) -> FastAPI:
         for k, result in enumerate(results):
             logprobs = None
             if request.logprobs:
-                content = [ChatLogprobContent(token=policy.tokenizer.decode([t]), logprob=lp)
-                           for t, lp in zip(result.token_ids, result.logprobs, strict=True)]
+                content = [
+                    ChatLogprobContent(token=policy.tokenizer.decode([t]), logprob=lp)
+                    for t, lp in zip(result.token_ids, result.logprobs, strict=True)
+                ]
                 logprobs = ChatLogprobs(content=content)
             message = ChatResponseMessage(content=_text(policy, result, stops))
-            choices.append(ChatChoice(index=k, message=message, logprobs=logprobs, finish_reason=result.finish_reason,
-                                      token_ids=result.token_ids))
-        return ChatCompletionResponse(id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=policy.name,
-                                      choices=choices, usage=_usage([prompt], request.n, results),
-                                      prompt_token_ids=prompt)
+            choices.append(
+                ChatChoice(
+                    index=k,
+                    message=message,
+                    logprobs=logprobs,
+                    finish_reason=result.finish_reason,
+                    token_ids=result.token_ids,
+                )
+            )
+        return ChatCompletionResponse(
+            id=f"chatcmpl-{uuid.uuid4().hex}",
+            created=int(time.time()),
+            model=policy.name,
+            choices=choices,
+            usage=_usage([prompt], request.n, results),
+            prompt_token_ids=prompt,
+        )
 
     return app
 

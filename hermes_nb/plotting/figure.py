@@ -24,7 +24,7 @@ from matplotlib.lines import Line2D
 from PIL import Image
 
 from hermes_nb.plotting.limits import Limits, grow
-from hermes_nb.plotting.series import RunSeries
+from hermes_nb.plotting.series import RunSeries, decimate
 from hermes_nb.protocol.metrics import (
     EVAL_PERCENT_CORRECT,
     TRAIN_LOSS,
@@ -51,6 +51,8 @@ PLOTTED_KEYS = tuple(panel.key for panel in PANELS)
 # well inside the 100 ms redraw budget.
 FIGSIZE_IN = (10.0, 6.4)
 DPI = 80
+# About one bin per pixel column of a panel (the figure is 800 px wide, two panels across): see decimate().
+DECIMATE_BINS = 400
 # Fixed margins: constrained layout re-measures every tick label on every draw, about half a full redraw.
 MARGINS = {"left": 0.07, "right": 0.985, "bottom": 0.08, "top": 0.95, "wspace": 0.2, "hspace": 0.38}
 # zlib level 1: a few percent larger than the default level 6 and several times faster to encode.
@@ -104,9 +106,10 @@ class MetricsFigure:
             lines = self._lines[label]
             for index, panel in enumerate(PANELS):
                 steps, values = run.arrays(panel.key)
-                lines.raw[index].set_data(steps, values)
+                lines.raw[index].set_data(*decimate(steps, values, DECIMATE_BINS))
                 if self.smoothing > 0:
-                    lines.smooth[index].set_data(steps, run.smoothed(panel.key, self.smoothing))
+                    smoothed = run.smoothed(panel.key, self.smoothing)
+                    lines.smooth[index].set_data(*decimate(steps, smoothed, DECIMATE_BINS))
         for index in range(len(PANELS)):
             self._fit_panel(index, series)
 
@@ -142,7 +145,8 @@ class MetricsFigure:
         width, height = self._canvas.get_width_height()
         image = Image.frombuffer("RGBA", (width, height), self._canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
         buffer = io.BytesIO()
-        image.save(buffer, format="png", compress_level=PNG_COMPRESS_LEVEL)
+        # The background is opaque: RGB is a quarter less to compress and to send.
+        image.convert("RGB").save(buffer, format="png", compress_level=PNG_COMPRESS_LEVEL)
         return buffer.getvalue()
 
     def save(self, path: str | Path) -> Path:

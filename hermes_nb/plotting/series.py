@@ -1,11 +1,12 @@
 """The points of one run, per metric key, accumulated from rows as they arrive.
 
 Rows come from two files (trainer and environment) that may both carry a key (``train/percent_correct``), and
-a restarted writer may repeat a step; keyed by step, the last value for a step wins and each point is kept once.
+a restarted writer may repeat a step: the last value for a step wins and each step is kept once.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -13,14 +14,18 @@ import numpy as np
 from hermes_nb.protocol.metrics import MetricsRow
 
 FloatArray = np.ndarray
+# ema() scales a chunk by up to a^-n; 10^100 keeps the cumulative sum far from float64's 10^308.
+EMA_MAX_EXPONENT = 100.0
 
 
 class RunSeries:
-    """Per-key ``{step: value}`` with sorted arrays cached until the key changes."""
+    """Per-key points sorted by step, appended cheaply (the usual case) and re-sorted only when a row is late."""
 
     def __init__(self, keys: Iterable[str]) -> None:
         self._keys = tuple(keys)
-        self._points: dict[str, dict[int, float]] = {key: {} for key in self._keys}
+        self._steps: dict[str, list[int]] = {key: [] for key in self._keys}
+        self._values: dict[str, list[float]] = {key: [] for key in self._keys}
+        self._index: dict[str, dict[int, int]] = {key: {} for key in self._keys}  # step -> position
         self._cache: dict[str, tuple[FloatArray, FloatArray]] = {}
         self._smoothed: dict[tuple[str, float], FloatArray] = {}
 
@@ -30,23 +35,38 @@ class RunSeries:
         for row in rows:
             for key in self._keys:
                 value = row.values.get(key)
-                if value is None or self._points[key].get(row.step) == value:
-                    continue
-                self._points[key][row.step] = float(value)
-                self._forget(key)
-                changed = True
+                if value is not None and self._put(key, row.step, float(value)):
+                    self._forget(key)
+                    changed = True
         return changed
+
+    def _put(self, key: str, step: int, value: float) -> bool:
+        steps, values, index = self._steps[key], self._values[key], self._index[key]
+        position = index.get(step)
+        if position is not None:  # a step seen before (a restarted writer): the last value wins
+            if values[position] == value:
+                return False
+            values[position] = value
+            return True
+        index[step] = len(steps)
+        steps.append(step)
+        values.append(value)
+        if len(steps) > 1 and steps[-2] > step:  # late row: keep the points sorted by step
+            order = sorted(range(len(steps)), key=steps.__getitem__)
+            self._steps[key] = [steps[i] for i in order]
+            self._values[key] = [values[i] for i in order]
+            self._index[key] = {s: i for i, s in enumerate(self._steps[key])}
+        return True
 
     def arrays(self, key: str) -> tuple[FloatArray, FloatArray]:
         """``(steps_N, values_N)`` sorted by step."""
         cached = self._cache.get(key)
-        if cached is not None:
-            return cached
-        points = self._points[key]
-        steps = np.fromiter(sorted(points), dtype=float, count=len(points))
-        values = np.fromiter((points[int(s)] for s in steps), dtype=float, count=len(points))
-        self._cache[key] = (steps, values)
-        return steps, values
+        if cached is None:
+            cached = self._cache[key] = (
+                np.asarray(self._steps[key], dtype=float),
+                np.asarray(self._values[key], dtype=float),
+            )
+        return cached
 
     def smoothed(self, key: str, smoothing: float) -> FloatArray:
         """The values of ``arrays(key)`` after ``ema``, cached like them: unchanged data is not smoothed again."""
@@ -61,20 +81,41 @@ class RunSeries:
             del self._smoothed[cache_key]
 
     def count(self, key: str) -> int:
-        return len(self._points[key])
+        return len(self._steps[key])
 
 
 def ema(values: FloatArray, smoothing: float) -> FloatArray:
     """TensorBoard-style exponential moving average, debiased so the first points are not pulled to zero.
 
-    ``smoothing`` is the weight of the past (0 = raw values, 0.99 = very smooth).
+    ``smoothing`` is the weight of the past (0 = raw values, 0.99 = very smooth). Vectorised in chunks:
+    y_t = a^(t+1) y_-1 + (1-a) a^t cumsum(x_i a^-i); a chunk is short enough that a^-i stays below 1e100.
     """
     if smoothing <= 0 or values.size == 0:
         return values
-    out: list[float] = []
-    last, weight = 0.0, 1.0
-    for value in values.tolist():  # plain floats: several times faster than numpy scalars in a loop
-        last = last * smoothing + (1 - smoothing) * value
-        weight *= smoothing
-        out.append(last / (1 - weight))
-    return np.asarray(out)
+    chunk = max(1, int(EMA_MAX_EXPONENT / -math.log10(smoothing)))
+    out = np.empty(values.size, dtype=float)
+    last = 0.0
+    for start in range(0, values.size, chunk):
+        x_n = values[start : start + chunk]
+        powers_n = smoothing ** np.arange(x_n.size)  # a^0 .. a^(n-1)
+        y_n = smoothing * powers_n * last + (1 - smoothing) * powers_n * np.cumsum(x_n / powers_n)
+        out[start : start + x_n.size] = y_n
+        last = float(y_n[-1])
+    return out / (1 - smoothing ** np.arange(1, values.size + 1))
+
+
+def decimate(steps: FloatArray, values: FloatArray, bins: int) -> tuple[FloatArray, FloatArray]:
+    """At most ``2 * bins`` points with the same look: each bin of consecutive points becomes its min and max.
+
+    A panel is a few hundred pixels wide, so 10,000 points put dozens in each pixel column, and Agg draws that
+    column as a vertical stroke from the lowest to the highest value anyway. Drawing the envelope instead of
+    every point is several times faster and looks the same.
+    """
+    if steps.size <= 2 * bins:
+        return steps, values
+    starts_B = np.linspace(0, steps.size, bins + 1).astype(int)[:-1]
+    low_B = np.minimum.reduceat(values, starts_B)
+    high_B = np.maximum.reduceat(values, starts_B)
+    values_2B = np.empty(2 * bins)
+    values_2B[0::2], values_2B[1::2] = low_B, high_B
+    return np.repeat(steps[starts_B], 2), values_2B

@@ -32,8 +32,7 @@ class TrajectoryApi:
         self._client = httpx.Client(base_url=base_url.rstrip("/"), timeout=30.0, transport=transport)
         self.base_url = base_url
 
-    def register(self, registration: Registration, stop: threading.Event,
-                 timeout: float = REGISTER_TIMEOUT_S) -> bool:
+    def register(self, registration: Registration, stop: threading.Event, timeout: float = REGISTER_TIMEOUT_S) -> bool:
         """POST /register, retrying while the API is not reachable. False if stopped first."""
         deadline = time.monotonic() + timeout
         while not stop.is_set():

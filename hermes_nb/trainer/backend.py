@@ -61,9 +61,9 @@ def make_backend(config: RunConfig) -> TrainingBackend:
     """The backend named by ``trainer.backend``, loaded from ``trainer.base_model``."""
     trainer = config.trainer
     if trainer.backend == "tinker":
-        from hermes_nb.trainer.tinker_backend import TinkerBackend
+        from hermes_nb.errors import ConfigError
 
-        return TinkerBackend(trainer.base_model, lora_rank=trainer.lora_rank or 32)
+        raise ConfigError("trainer.backend: 'tinker' is not available yet in this version; use 'local'")
     from hermes_nb.trainer.local_backend import LocalBackend
 
     return LocalBackend(model_dir_for(trainer.base_model), lora_rank=trainer.lora_rank, seed=trainer.seed)

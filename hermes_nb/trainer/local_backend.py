@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
+from hermes_nb.trainer.checkpoints import TRAINER_STATE_FILE
 from hermes_nb.trainer.losses import policy_loss_sum, token_logprobs
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
 
 logger = logging.getLogger(__name__)
 
-TRAINER_STATE_FILE = "trainer_state.pt"
 # Upper bound on logits elements (rows x positions x vocab) per forward pass: 64M float32 = 256 MB, so a large
 # vocabulary or batch is split into micro-batches instead of exhausting memory. Gradients accumulate exactly.
 MAX_LOGITS_ELEMENTS = 64 * 1024 * 1024
@@ -116,7 +116,11 @@ class LocalBackend:
             (sums.loss / total).backward()
             loss += float(sums.loss.detach())
             ratio, clipped, log_ratio = ratio + sums.ratio, clipped + sums.clipped, log_ratio + sums.log_ratio
-        metrics = {"ratio_mean": ratio / total, "clip_fraction": clipped / total, "kl_sample_current": -log_ratio / total}
+        metrics = {
+            "ratio_mean": ratio / total,
+            "clip_fraction": clipped / total,
+            "kl_sample_current": -log_ratio / total,
+        }
         return ForwardBackwardOutput(loss=loss / total, num_trained_tokens=total, metrics=metrics)
 
     def _trainable(self) -> list[torch.nn.Parameter]:

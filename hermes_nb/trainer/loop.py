@@ -184,9 +184,15 @@ def run_training(
         values["train/compute_seconds"] = now - started
         last_end = now
         metrics.log(step, values)
-        logger.info("step %d/%d loss %.4f reward %.3f correct %.3f (%.2f s)", step, settings.total_steps,
-                    values[keys.TRAIN_LOSS], values[keys.TRAIN_REWARD_MEAN], values[keys.TRAIN_PERCENT_CORRECT],
-                    values[keys.TRAIN_STEP_SECONDS])
+        logger.info(
+            "step %d/%d loss %.4f reward %.3f correct %.3f (%.2f s)",
+            step,
+            settings.total_steps,
+            values[keys.TRAIN_LOSS],
+            values[keys.TRAIN_REWARD_MEAN],
+            values[keys.TRAIN_PERCENT_CORRECT],
+            values[keys.TRAIN_STEP_SECONDS],
+        )
         kind = checkpoint_kind(step, settings)
         if kind is not None:
             save_checkpoint(backend, config, settings.run_dir, step, kind, _scalar_summary(values))

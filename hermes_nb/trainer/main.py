@@ -72,7 +72,9 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
     logger.info("model %s loaded; policy version 0 is served", backend.model_name)
     settings = LoopSettings.from_config(config, run_dir)
     if not config.infra.api_url:
-        raise HermesNBError(f"infra.api_url: not set in {run_dir / 'config.yaml'}; the trainer needs the trajectory API")
+        raise HermesNBError(
+            f"infra.api_url: not set in {run_dir / 'config.yaml'}; the trainer needs the trajectory API"
+        )
     api = TrajectoryApi(config.infra.api_url)
     metrics = _metrics_logger(config, run_dir)
     try:
@@ -92,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, type=Path, help="the run's config.yaml")
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # One line per /batch poll would bury the training log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -85,7 +85,9 @@ def test_generated_ids_decode_to_text(model: Any, tokenizer: Any) -> None:
 
 
 def load_arithmetic() -> Any:
-    spec = importlib.util.spec_from_file_location("base_model_test_arithmetic", shipped_environments_dir() / "arithmetic.py")
+    spec = importlib.util.spec_from_file_location(
+        "base_model_test_arithmetic", shipped_environments_dir() / "arithmetic.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

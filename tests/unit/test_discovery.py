@@ -111,7 +111,12 @@ def test_an_unchanged_tree_is_not_parsed_again(tmp_path: Path, monkeypatch: pyte
     discovery.scan([tmp_path])
     parsed: list[str] = []
     real = discovery.scan_file
-    monkeypatch.setattr(discovery, "scan_file", lambda p: parsed.append(p) or real(p))
+
+    def counting(path: str) -> discovery.FileScan:
+        parsed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(discovery, "scan_file", counting)
     discovery.scan([tmp_path])
     assert parsed == []
     changed = tmp_path / "env_1.py"

@@ -23,8 +23,13 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _datum(tokens: list[int], advantage: float, prompt_len: int = 2) -> Datum:
     n = len(tokens) - 1
     weights = [0.0 if t + 1 < prompt_len else 1.0 for t in range(n)]
-    return Datum(input_tokens_T=tokens[:-1], target_tokens_T=tokens[1:], weights_T=weights,
-                 sampling_logprobs_T=[0.0] * n, advantages_T=[advantage] * n)
+    return Datum(
+        input_tokens_T=tokens[:-1],
+        target_tokens_T=tokens[1:],
+        weights_T=weights,
+        sampling_logprobs_T=[0.0] * n,
+        advantages_T=[advantage] * n,
+    )
 
 
 def _on_policy(backend: LocalBackend, data: list[Datum]) -> list[Datum]:

@@ -31,7 +31,9 @@ def _reference(loss_fn: str, logp: list[list[float]], sampling, advantages, weig
                 continue
             ratio = math.exp(logp[b][t] - sampling[b][t])
             a = advantages[b][t]
-            term = ratio * a if loss_fn == "importance_sampling" else min(ratio * a, min(max(ratio, 1 - eps), 1 + eps) * a)
+            term = (
+                ratio * a if loss_fn == "importance_sampling" else min(ratio * a, min(max(ratio, 1 - eps), 1 + eps) * a)
+            )
             total += -term
             count += 1
     return total / count

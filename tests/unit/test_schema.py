@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from core_env_files import SIMPLE_ENV, env_class, write_env
@@ -86,7 +87,12 @@ def test_cached_by_content_in_memory_and_on_disk(tmp_path: Path, monkeypatch: py
     path = write_env(tmp_path, "simple.py", SIMPLE_ENV)
     children: list[str] = []
     real = schema._run_child
-    monkeypatch.setattr(schema, "_run_child", lambda *a: children.append(a[0]) or real(*a))
+
+    def counting(*args: Any) -> schema.EnvSchema:
+        children.append(args[0])
+        return real(*args)
+
+    monkeypatch.setattr(schema, "_run_child", counting)
     first = schema.read_schema_sync(str(path), "SimpleEnv")
     assert schema.read_schema_sync(str(path), "SimpleEnv") == first
     schema.clear_memory_cache()

@@ -65,14 +65,20 @@ def test_loop_logs_every_step_checkpoints_and_records_batches(model_dir: Path, t
     settings, config = _settings(tmp_path, model_dir, total_steps=3, interval=2)
     metrics = MetricsLogger(tmp_path / "metrics.jsonl")
     batches = [[_group(5, [1.0, 0.0]), _group(7, [0.0, 0.0])] for _ in range(3)]
-    outcome = run_training(LocalBackend(model_dir), ListSource(batches), settings, config,
-                           stop=threading.Event(), metrics=metrics)
+    outcome = run_training(
+        LocalBackend(model_dir), ListSource(batches), settings, config, stop=threading.Event(), metrics=metrics
+    )
     metrics.close()
     assert (outcome.reason, outcome.last_step) == ("completed", 3)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
-    for key in (keys.TRAIN_LOSS, keys.TRAIN_LEARNING_RATE, keys.TRAIN_STEP_SECONDS, keys.TRAIN_TOKENS_PER_SECOND,
-                keys.TRAIN_SEQUENCES_PER_SECOND):
+    for key in (
+        keys.TRAIN_LOSS,
+        keys.TRAIN_LEARNING_RATE,
+        keys.TRAIN_STEP_SECONDS,
+        keys.TRAIN_TOKENS_PER_SECOND,
+        keys.TRAIN_SEQUENCES_PER_SECOND,
+    ):
         assert key in rows[0]["values"]
     assert rows[0]["values"][keys.TRAIN_REWARD_MEAN] == 0.25
     assert rows[0]["values"][keys.TRAIN_PERCENT_CORRECT] == 0.25
@@ -84,8 +90,14 @@ def test_stop_finishes_the_step_and_saves_a_stop_checkpoint(model_dir: Path, tmp
     settings, config = _settings(tmp_path, model_dir, total_steps=10, interval=0)
     batches = [[_group(5, [1.0, 0.0])] for _ in range(10)]
     metrics = MetricsLogger(tmp_path / "metrics.jsonl")
-    outcome = run_training(LocalBackend(model_dir), ListSource(batches, stop_after=2), settings, config,
-                           stop=threading.Event(), metrics=metrics)
+    outcome = run_training(
+        LocalBackend(model_dir),
+        ListSource(batches, stop_after=2),
+        settings,
+        config,
+        stop=threading.Event(),
+        metrics=metrics,
+    )
     metrics.close()
     assert (outcome.reason, outcome.last_step) == ("stopped", 2)
     assert [(c.step, c.kind) for c in read_checkpoints(tmp_path)] == [(2, "stop")]
@@ -125,8 +137,12 @@ def _env() -> dict[str, str]:
 def api_url(tmp_path: Path) -> Iterator[str]:
     port = free_port()
     with (tmp_path / "api.log").open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "hermes_nb.trajectory_api", "--host", "127.0.0.1", "--port",
-                                 str(port)], stdout=log, stderr=subprocess.STDOUT, env=_env())
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hermes_nb.trajectory_api", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(lambda: _ok(f"{url}/health"), 30, "the trajectory API")
@@ -140,14 +156,19 @@ def _start_trainer(tmp_path: Path, model_dir: Path, api_url: str, total_steps: i
     port = free_port()
     config = RunConfig(
         env={"batch_size": 8, "total_steps": total_steps, "group_size": 4, "max_token_length": 32},
-        trainer=TrainerConfig(base_model=str(model_dir), save_checkpoint_interval=2, learning_rate=1e-3,
-                              torch_threads=1),
+        trainer=TrainerConfig(
+            base_model=str(model_dir), save_checkpoint_interval=2, learning_rate=1e-3, torch_threads=1
+        ),
         infra={"api_url": api_url, "inference_port": port, "run_dir": str(tmp_path), "run_id": "t1"},
     )
     config.save(tmp_path / "config.yaml")
     with (tmp_path / "trainer.log").open("w") as log:  # the child keeps its own descriptor
-        proc = subprocess.Popen([sys.executable, "-m", "hermes_nb.trainer", "--config", str(tmp_path / "config.yaml")],
-                                stdout=log, stderr=subprocess.STDOUT, env=_env())
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hermes_nb.trainer", "--config", str(tmp_path / "config.yaml")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+        )
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -155,8 +176,9 @@ def _post_sampled_groups(api_url: str, inference_url: str, count: int) -> None:
     """Groups sampled from the trainer's own server, scored by a toy rule (first sampled token is even)."""
     for i in range(count):
         prompt = [10 + i % 5, 11]
-        sampled = httpx.post(f"{inference_url}/generate", timeout=30,
-                             json={"prompt_token_ids": [prompt], "n": 4, "max_tokens": 4}).json()["sequences"]
+        sampled = httpx.post(
+            f"{inference_url}/generate", timeout=30, json={"prompt_token_ids": [prompt], "n": 4, "max_tokens": 4}
+        ).json()["sequences"]
         tokens = [prompt + s["token_ids"] for s in sampled]
         group = {
             "tokens": tokens,
