@@ -3,7 +3,9 @@
     .venv/bin/python bench/discovery.py [--files 1000] [--repeat 5]
 
 Cold = first scan of a tree this process has not seen (every file parsed); warm = the same tree again
-(one ``stat`` per file, nothing parsed). Targets on two cores: cold <= 1 s, warm <= 50 ms. Each file looks like
+(one ``stat`` per file, nothing parsed). The peer, measured in the same run on the same tree, is what a naive
+scanner does: import every file and look for ``BaseEnv`` subclasses (the tool this replaces imported
+environment code to read it). Timings are reported as ratios against that peer, since the machine is shared. Targets on two cores: cold <= 1 s, warm <= 50 ms. Each file looks like
 a small real environment (imports, a config class, an environment class with a docstring and methods).
 """
 
@@ -68,6 +70,27 @@ def timed_scan(directory: Path) -> tuple[float, int]:
     return elapsed, len(environments)
 
 
+def import_scan(directory: Path) -> float:
+    """The peer: import each file as a module and collect its BaseEnv subclasses."""
+    import importlib.util
+
+    from hermes_nb.env import BaseEnv
+
+    start = time.perf_counter()
+    found = 0
+    for path in sorted(directory.glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"_bench_{path.stem}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        found += sum(
+            1 for v in vars(module).values() if isinstance(v, type) and issubclass(v, BaseEnv) and v is not BaseEnv
+        )
+    elapsed = time.perf_counter() - start
+    assert found >= 1
+    return elapsed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=1000)
@@ -75,6 +98,7 @@ def main() -> int:
     args = parser.parse_args()
     cold: list[float] = []
     warm: list[float] = []
+    peer: list[float] = []
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="hermes_nb_bench_") as tmp:
             directory = Path(tmp)
@@ -84,10 +108,17 @@ def main() -> int:
             assert found == args.files, f"found {found} of {args.files} environments"
             cold.append(elapsed)
             warm += [timed_scan(directory)[0] for _ in range(5)]
+            peer.append(import_scan(directory))
     print(f"discovery of {args.files} environment files ({args.repeat} trees)")
     for label, times, target in (("cold", cold, 1000), ("warm", warm, 50)):
         median, worst = statistics.median(times) * 1000, max(times) * 1000
         print(f"  {label} scan: median {median:8.1f} ms  (max {worst:.1f} ms)  target <= {target} ms")
+    peer_median = statistics.median(peer)
+    print(f"  peer (import every file): median {peer_median * 1000:8.1f} ms")
+    print(
+        f"  ratio cold / peer: {statistics.median(cold) / peer_median:.3f}   "
+        f"ratio warm / peer: {statistics.median(warm) / peer_median:.4f}"
+    )
     return 0
 
 

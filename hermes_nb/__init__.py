@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 # public name -> module that defines it. The run lifecycle names resolve through hermes_nb.api, which re-exports
-# them from hermes_nb.runs once they exist.
+# them from hermes_nb.runs.api.
 _EXPORTS: dict[str, str] = {
     "rl_list_environments": "hermes_nb.api",
     "rl_select_environment": "hermes_nb.api",
@@ -22,6 +22,12 @@ _EXPORTS: dict[str, str] = {
     "rl_edit_config": "hermes_nb.api",
     "rl_reset_config": "hermes_nb.api",
     "rl_load_config": "hermes_nb.api",
+    "rl_start_training": "hermes_nb.api",
+    "rl_check_status": "hermes_nb.api",
+    "rl_stop_training": "hermes_nb.api",
+    "rl_list_runs": "hermes_nb.api",
+    "rl_get_results": "hermes_nb.api",
+    "rl_tail_logs": "hermes_nb.api",
     "HermesNBError": "hermes_nb.errors",
     "BaseEnv": "hermes_nb.env",
     "BaseEnvConfig": "hermes_nb.env",
@@ -36,23 +42,35 @@ __all__ = [
     "ScoredDataGroup",
     "__version__",
     "load_ipython_extension",
+    "rl_check_status",
     "rl_edit_config",
     "rl_get_current_config",
+    "rl_get_results",
     "rl_list_environments",
+    "rl_list_runs",
     "rl_load_config",
     "rl_reset_config",
     "rl_select_environment",
+    "rl_start_training",
+    "rl_stop_training",
+    "rl_tail_logs",
     "run_sync",
 ]
 
 if TYPE_CHECKING:
     from hermes_nb.api import (
+        rl_check_status,
         rl_edit_config,
         rl_get_current_config,
+        rl_get_results,
         rl_list_environments,
+        rl_list_runs,
         rl_load_config,
         rl_reset_config,
         rl_select_environment,
+        rl_start_training,
+        rl_stop_training,
+        rl_tail_logs,
     )
     from hermes_nb.env import BaseEnv, BaseEnvConfig, ScoredDataGroup
     from hermes_nb.errors import HermesNBError
@@ -61,8 +79,6 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
-    if module is None and name.startswith("rl_"):
-        module = "hermes_nb.api"  # lifecycle functions added to the api later resolve without a table entry
     if module is None:
         raise AttributeError(f"module 'hermes_nb' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

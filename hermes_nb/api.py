@@ -193,3 +193,33 @@ def _edits_from_file(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             else:
                 edits[name] = value
     return edits, ignored
+
+
+# The run lifecycle lives in hermes_nb.runs (which imports editing and session, never this module); importing it
+# last keeps the dependency one-way even if hermes_nb.runs.api is imported first.
+from hermes_nb.runs.api import (  # noqa: E402
+    rl_check_status,
+    rl_get_results,
+    rl_list_runs,
+    rl_start_training,
+    rl_stop_training,
+    rl_tail_logs,
+)
+
+__all__ = [
+    "current_run_config",
+    "current_state",
+    "ensure_started",
+    "rl_check_status",
+    "rl_edit_config",
+    "rl_get_current_config",
+    "rl_get_results",
+    "rl_list_environments",
+    "rl_list_runs",
+    "rl_load_config",
+    "rl_reset_config",
+    "rl_select_environment",
+    "rl_start_training",
+    "rl_stop_training",
+    "rl_tail_logs",
+]

@@ -43,6 +43,12 @@ rl_get_current_config = json_tool(api.rl_get_current_config)
 rl_edit_config = json_tool(api.rl_edit_config)
 rl_reset_config = json_tool(api.rl_reset_config)
 rl_load_config = json_tool(api.rl_load_config)
+rl_start_training = json_tool(api.rl_start_training)
+rl_check_status = json_tool(api.rl_check_status)
+rl_stop_training = json_tool(api.rl_stop_training)
+rl_list_runs = json_tool(api.rl_list_runs)
+rl_get_results = json_tool(api.rl_get_results)
+rl_tail_logs = json_tool(api.rl_tail_logs)
 
 
 def all_tools() -> dict[str, Callable[..., Coroutine[Any, Any, str]]]:

@@ -45,7 +45,7 @@ CHAT_TEMPLATE = (
 )
 # Sized on evidence (docs/base_model.md): 128 wide x 4 layers learns 2-digit addition in a minute of
 # pretraining and a GRPO step of 128 short completions stays well under a second on two cores.
-MODEL_SHAPE = {
+MODEL_SHAPE: dict[str, Any] = {
     "hidden_size": 128,
     "intermediate_size": 384,
     "num_hidden_layers": 4,
@@ -136,7 +136,7 @@ def build_tokenizer() -> Any:
     )
 
 
-def build_model(tokenizer: Any, shape: dict[str, int] | None = None) -> Any:
+def build_model(tokenizer: Any, shape: dict[str, Any] | None = None) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -181,7 +181,9 @@ def greedy_accuracy(model: Any, tokenizer: Any, task: Task, items: list[Any] | N
     )
     texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
     model.train()
-    scores = [task.module.score_completion(text.split("\n")[0], item.answer) for text, item in zip(texts, items)]
+    scores = [
+        task.module.score_completion(text.split("\n")[0], item.answer) for text, item in zip(texts, items, strict=True)
+    ]
     return sum(scores) / len(scores)
 
 

@@ -49,6 +49,10 @@ def _parser(*, with_spec: bool, prog: str | None = None) -> argparse.ArgumentPar
     for sub in (process, evaluate):
         sub.add_argument("--config", help="a run config YAML (its env: section is used)")
         sub.add_argument("--inference-url", help="the inference server, e.g. http://127.0.0.1:9001")
+        sub.add_argument("--model-name", help="model name sent to the inference server (an endpoint's model id)")
+        sub.add_argument(
+            "--api-key-env", help="NAME of the environment variable holding the server's key (never the key itself)"
+        )
     process.add_argument("--num-groups", type=int, required=True)
     process.add_argument("--output", required=True, help="JSONL file to write")
     return parser
@@ -67,7 +71,7 @@ def _run(args: argparse.Namespace, env_cls: type[BaseEnv] | None) -> int:
 
 
 def _make_env(args: argparse.Namespace, env_cls: type[BaseEnv] | None) -> BaseEnv:
-    from hermes_nb.env.loading import load_env_class, make_env
+    from hermes_nb.env.loading import build_env_config, load_env_class
 
     cls = env_cls or load_env_class(args.spec)
     run_config = RunConfig.load(args.config) if args.config else RunConfig()
@@ -76,7 +80,17 @@ def _make_env(args: argparse.Namespace, env_cls: type[BaseEnv] | None) -> BaseEn
         infra = run_config.infra.model_copy(update={"inference_url": inference_url})
         run_config = run_config.model_copy(update={"infra": infra})
     args.run_config = run_config
-    return make_env(cls, run_config)
+    config, server_configs = build_env_config(cls, run_config)
+    overrides = _server_overrides(args)
+    if overrides:
+        server_configs[0] = server_configs[0].model_copy(update=overrides)
+    return cls(config, server_configs)
+
+
+def _server_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """``--model-name`` / ``--api-key-env`` for the first (the run's) inference server, where given."""
+    wanted = {"model_name": getattr(args, "model_name", None), "api_key_env": getattr(args, "api_key_env", None)}
+    return {key: value for key, value in wanted.items() if value}
 
 
 async def _dispatch(args: argparse.Namespace, env: BaseEnv) -> int:

@@ -75,7 +75,7 @@ def _rows(
 ) -> list[SampleRow]:
     """``n`` rows per prompt, prompt-major; a request seed gives row k the seed ``seed + k``."""
     stop_ids = policy.eos_ids | frozenset(extra_stop_ids or [])
-    rows = []
+    rows: list[SampleRow] = []
     for prompt in prompts:
         for _ in range(params.n):
             seed = None if params.seed is None else params.seed + len(rows)

@@ -82,13 +82,18 @@ def get_results(run_id: str | None) -> RunResults:
     checkpoints = read_checkpoints(paths.checkpoints_index)
     final = dict(rows[-1].values) if rows else {}
     if evals:
-        final[keys.EVAL_PERCENT_CORRECT] = evals[-1].values[keys.EVAL_PERCENT_CORRECT]
+        # The latest evaluation's own keys only: an environment's row may also carry train/* values of its own,
+        # which must not overwrite (or compete with) the trainer's.
+        final.update({k: v for k, v in evals[-1].values.items() if k.startswith("eval/")})
+    eval_only = [
+        r.model_copy(update={"values": {keys.EVAL_PERCENT_CORRECT: r.values[keys.EVAL_PERCENT_CORRECT]}}) for r in evals
+    ]
     return RunResults(
         run_id=state.run_id,
         environment=state.environment,
         status=state.status,
         final_metrics=final,
-        best_metrics=_best(rows + evals),
+        best_metrics=_best(rows + eval_only),
         history=[{"step": r.step, "time": r.time, **r.values} for r in rows],
         eval_history=[{"step": r.step, "time": r.time, **r.values} for r in evals],
         checkpoints=checkpoints,

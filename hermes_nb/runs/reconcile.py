@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import time
 
+import psutil
+
 from hermes_nb.runs import processes
 from hermes_nb.runs.layout import RunPaths
-from hermes_nb.runs.state import RunState, read_run_state, write_run_state
+from hermes_nb.runs.state import ProcessRecord, RunState, read_run_state, write_run_state
 
 # The supervisor records itself a fraction of a second after launch; past this it never started.
 SUPERVISOR_APPEAR_TIMEOUT = 30.0
 ORPHAN_STOP_GRACE = 5.0
+# The same tolerance as processes.is_same_process_alive: platforms round create_time differently, and a reused
+# pid starts far more than a second after the original.
+_SAME_START_TOLERANCE = 1.0
 
 
 def supervisor_gone_cause(state: RunState) -> str | None:
@@ -28,6 +33,22 @@ def supervisor_gone_cause(state: RunState) -> str | None:
     return "the run supervisor died unexpectedly"
 
 
+def _group_is_the_runs(record: ProcessRecord) -> bool:
+    """Whether the process group named by ``record.pid`` can still be the one the run started.
+
+    Linux does not hand out a pid again while a process group of that id exists. So if a *different* process now
+    has the pid (other start time), the run's group is gone and that id belongs to someone else: never signal it.
+    If no process has the pid, the group (if any) is the run's orphaned children.
+    """
+    try:
+        started_at = psutil.Process(record.pid).create_time()
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.AccessDenied:
+        return False
+    return abs(started_at - record.started_at) < _SAME_START_TOLERANCE
+
+
 def reconcile(paths: RunPaths, state: RunState, *, final_status: str = "failed") -> RunState:
     """Return the state, first marking a live-looking run whose supervisor is gone as ``final_status``."""
     if state.is_terminal:
@@ -39,7 +60,7 @@ def reconcile(paths: RunPaths, state: RunState, *, final_status: str = "failed")
     state = read_run_state(paths.run_dir)
     if state.is_terminal:
         return state
-    children = [r for name, r in state.processes.items() if name != "supervisor"]
+    children = [r for name, r in state.processes.items() if name != "supervisor" and _group_is_the_runs(r)]
     processes.terminate_groups(children, grace_seconds=ORPHAN_STOP_GRACE)
     tail = processes.tail_lines(paths.logs["supervisor"], 10)
     detail = "\n".join(f"    {line}" for line in tail)

@@ -45,4 +45,6 @@ def load_state(paths: RunPaths) -> RunState:
     try:
         return read_run_state(paths.run_dir)
     except RunStateUnreadable as exc:
-        raise UnknownRunError(f"run {paths.run_id}: its run.json cannot be read ({exc})") from None
+        # A validation error spans several lines; the user gets one, naming the file.
+        detail = "; ".join(line.strip() for line in str(exc.__cause__ or exc).splitlines() if line.strip())
+        raise UnknownRunError(f"run {paths.run_id}: {paths.state} cannot be read ({detail})") from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -46,23 +47,56 @@ def _fetch_summary(run_path: str) -> dict[str, Any]:
     return {k: v for k, v in dict(run.summary).items() if isinstance(v, int | float | str)}
 
 
+# Serialises check-then-fetch within a process: a notebook's widget refresh thread and a cell asking for status at
+# the same moment must not both spend the window.
+_FETCH_LOCK = threading.Lock()
+
+
+def _cached_at(cached: dict[str, Any] | None) -> float | None:
+    try:
+        return float(cached["fetched_at"]) if cached else None
+    except (KeyError, TypeError, ValueError):
+        return None  # a damaged cache is treated as none
+
+
+def _write_cache(path: Path, record: dict[str, Any]) -> None:
+    # Atomic, so a reader in another process never sees half a cache (and then queries again).
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _from_cache(url: str | None, cached: dict[str, Any], fetched_at: float, now: float) -> WandbRemote:
+    summary = cached.get("summary")
+    note = cached.get("note")
+    return WandbRemote(
+        url=url,
+        summary=summary if isinstance(summary, dict) else {},
+        fetched_at=fetched_at,
+        age_seconds=now - fetched_at,
+        note=note if isinstance(note, str) else None,
+    )
+
+
 def remote_summary(paths: RunPaths, *, now: float | None = None) -> WandbRemote | None:
+    """The run's W&B summary: cached when younger than the interval, else fetched (a failure is cached too)."""
     info = _read_json(paths.run_dir / TRAINER_RUN_FILE)
     if not info or info.get("mode") != "online" or not info.get("id"):
         return None
+    url = info.get("url") if isinstance(info.get("url"), str) else None
     run_path = "/".join(str(part) for part in (info.get("entity"), info.get("project"), info["id"]) if part)
-    now = time.time() if now is None else now
     cache_path = paths.run_dir / CACHE_FILE
-    cached = _read_json(cache_path)
-    if cached and now - float(cached.get("fetched_at", 0)) < interval_seconds():
-        fetched_at = float(cached["fetched_at"])
-        return WandbRemote(
-            url=info.get("url"), summary=cached.get("summary", {}), fetched_at=fetched_at, age_seconds=now - fetched_at
-        )
-    try:
-        summary = _fetch_summary(run_path)
-    except Exception as exc:  # W&B down or key revoked: report it, keep the local status
-        note = f"W&B query failed: {type(exc).__name__}: {exc}"
-        return WandbRemote(url=info.get("url"), note=note)
-    cache_path.write_text(json.dumps({"fetched_at": now, "summary": summary}), encoding="utf-8")
-    return WandbRemote(url=info.get("url"), summary=summary, fetched_at=now, age_seconds=0.0)
+    with _FETCH_LOCK:
+        now = time.time() if now is None else now
+        cached = _read_json(cache_path)
+        fetched_at = _cached_at(cached)
+        if cached is not None and fetched_at is not None and now - fetched_at < interval_seconds():
+            return _from_cache(url, cached, fetched_at, now)
+        try:
+            summary = _fetch_summary(run_path)
+        except Exception as exc:  # W&B down or key revoked: report it, keep the local status, retry next window
+            note = f"W&B query failed: {type(exc).__name__}: {exc}"
+            _write_cache(cache_path, {"fetched_at": now, "summary": {}, "note": note})
+            return WandbRemote(url=url, fetched_at=now, age_seconds=0.0, note=note)
+        _write_cache(cache_path, {"fetched_at": now, "summary": summary})
+        return WandbRemote(url=url, summary=summary, fetched_at=now, age_seconds=0.0)

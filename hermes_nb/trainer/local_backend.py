@@ -59,7 +59,7 @@ class LocalBackend:
             peft = _load_peft()
             lora = peft.LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, target_modules="all-linear")
             model = peft.get_peft_model(model, lora)
-        self.model = model
+        self.model: Any = model
         self.model.train()
         self._optimizer: torch.optim.Optimizer | None = None
         self._version = 0
@@ -144,9 +144,9 @@ class LocalBackend:
         optimizer.zero_grad(set_to_none=True)
         return OptimStepOutput(metrics={"grad_norm": grad_norm, "learning_rate": adam.learning_rate})
 
-    def _plain_model(self) -> torch.nn.Module:
+    def _plain_model(self) -> Any:
         """A detached copy without adapters: what samplers and ``from_pretrained`` get."""
-        snapshot = copy.deepcopy(self.model)
+        snapshot: Any = copy.deepcopy(self.model)
         if self.lora_rank > 0:
             snapshot = snapshot.merge_and_unload()
         snapshot.eval()

@@ -14,10 +14,14 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import HermesNBError
 from hermes_nb.trainer.loop import LoopOutcome
+
+if TYPE_CHECKING:
+    from hermes_nb.metrics.logger import MetricsLogger
 
 logger = logging.getLogger("hermes_nb.trainer")
 
@@ -26,7 +30,7 @@ def _run_dir(config: RunConfig, config_path: Path) -> Path:
     return Path(config.infra.run_dir) if config.infra.run_dir else config_path.parent
 
 
-def _metrics_logger(config: RunConfig, run_dir: Path):  # type: ignore[no-untyped-def]
+def _metrics_logger(config: RunConfig, run_dir: Path) -> MetricsLogger:
     from hermes_nb.metrics.logger import MetricsLogger, WandbRunSettings, resolve_wandb_mode
     from hermes_nb.protocol.metrics import TRAINER_METRICS_FILE
 

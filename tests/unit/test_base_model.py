@@ -108,7 +108,9 @@ def test_greedy_heldout_accuracy_on_addition_is_partial(model: Any, tokenizer: A
             pad_token_id=tokenizer.pad_token_id,
         )
     texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
-    accuracy = sum(arithmetic.score_completion(t.split("\n")[0], i.answer) for t, i in zip(texts, items)) / len(items)
+    accuracy = sum(
+        arithmetic.score_completion(t.split("\n")[0], i.answer) for t, i in zip(texts, items, strict=True)
+    ) / len(items)
     low, high = PARTIAL_ACCURACY
     assert low <= accuracy <= high
     recorded = json.loads((embedded_base_model_dir() / "pretraining.json").read_text())

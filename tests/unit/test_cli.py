@@ -7,14 +7,19 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from core_env_files import SIMPLE_ENV, write_env
+from run_dirs import FINISHED_ID, OTHER_ID, TRAINER_ROWS, this_process, write_finished_run, write_rows, write_state
 
-from hermes_nb import api
+from hermes_nb import api, home
+from hermes_nb.cli import COMMANDS, EXIT_RUN_FAILED, _finish_start, build_parser, follow_run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+RUNNING_ID = "20250102-090000-hjkmnpqrst"
 
 
 @pytest.fixture
@@ -81,3 +86,105 @@ def test_load_reset_and_help(envs: Path) -> None:
     assert {f["name"]: f["current_value"] for f in reset["configurable_fields"]}["env.group_size"] == 8
     helped = cli("--help")
     assert helped.returncode == 0 and "select" in helped.stdout
+
+
+# ---- the run lifecycle commands, on fabricated run directories -------------------------------------------------
+@pytest.mark.parametrize("command", ["status", "stop", "results", "logs"])
+def test_an_unknown_run_exits_2_with_one_line_listing_the_known_runs(command: str) -> None:
+    write_finished_run()
+    write_state(OTHER_ID, "stopped")
+    result = cli(command, "20240101-000000-nosuchrunx")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"hermes-nb {command}: unknown run '20240101-000000-nosuchrunx'")
+    assert FINISHED_ID in result.stderr and OTHER_ID in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_runs_on_an_empty_home() -> None:
+    text = cli("runs")
+    assert (text.returncode, text.stdout.strip()) == (0, "0 run(s):")
+    assert json.loads(cli("runs", "--json").stdout) == {"runs": [], "count": 0}
+
+
+def test_runs_lists_runs_newest_first() -> None:
+    write_state(OTHER_ID, "stopped")
+    write_finished_run()
+    listed = json.loads(cli("runs", "--json").stdout)
+    assert [(r["run_id"], r["status"], r["step"]) for r in listed["runs"]] == [
+        (FINISHED_ID, "completed", 4),
+        (OTHER_ID, "stopped", 0),
+    ]
+
+
+def test_status_of_a_finished_run() -> None:
+    write_finished_run()
+    text = cli("status", FINISHED_ID)
+    assert text.returncode == 0, text.stderr
+    assert f"Run {FINISHED_ID} (arithmetic): completed" in text.stdout
+    assert "step 4/4" in text.stdout and "eval 50.0%" in text.stdout
+    data = json.loads(cli("status", "--json").stdout)  # no id: the newest run
+    assert (data["run_id"], data["progress"], data["metrics"]["reward_mean"]) == (FINISHED_ID, "4/4", 0.6)
+
+
+def test_results_of_a_finished_run() -> None:
+    paths = write_finished_run()
+    data = json.loads(cli("results", FINISHED_ID, "--json").stdout)
+    assert data["final_weights_path"] == str(paths.checkpoints_dir / "step_4")
+    assert data["best_metrics"]["train/reward_mean"] == 0.9
+    assert len(data["history"]) == 4
+    assert "final weights: " + str(paths.checkpoints_dir / "step_4") in cli("results").stdout
+
+
+def test_logs_of_a_finished_run() -> None:
+    write_finished_run()
+    tail = cli("logs", FINISHED_ID, "-n", "2")
+    assert tail.returncode == 0, tail.stderr
+    assert tail.stdout.splitlines()[1:] == ["trainer line 99", "trainer line 100"]
+    data = json.loads(cli("logs", "--process", "trainer", "-n", "1", "--json").stdout)
+    assert data["lines"] == ["trainer line 100"]
+    refused = cli("logs", "--process", "worker")
+    assert refused.returncode == 2 and "choose one of api, trainer, env, supervisor" in refused.stderr
+
+
+def test_stop_of_a_finished_run_is_a_no_op() -> None:
+    write_finished_run()
+    stopped = cli("stop", FINISHED_ID)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.startswith(f"Run {FINISHED_ID} was already completed")
+
+
+def test_start_without_a_selected_environment_exits_2() -> None:
+    result = cli("start", "total_steps=3")
+    assert result.returncode == 2
+    assert result.stderr.startswith("hermes-nb start: no environment selected")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not home.runs_dir().exists() or not any(home.runs_dir().iterdir())  # nothing was created
+
+
+def test_start_help_names_its_options() -> None:
+    helped = cli("start", "--help")
+    assert helped.returncode == 0
+    assert "--resume-from" in helped.stdout and "--wait" in helped.stdout
+
+
+def test_following_a_run_ends_when_it_does(capsys: pytest.CaptureFixture[str]) -> None:
+    paths = write_state(RUNNING_ID, "running", processes={"supervisor": this_process()})
+    write_rows(paths.metrics, TRAINER_ROWS[:2])
+
+    def finish_later() -> None:
+        time.sleep(0.3)
+        write_rows(paths.metrics, TRAINER_ROWS[2:])
+        write_state(RUNNING_ID, "failed", processes={"supervisor": this_process()}, error="trainer exited with code 1")
+
+    writer = threading.Thread(target=finish_later)
+    writer.start()
+    final = asyncio.run(follow_run(RUNNING_ID, poll_seconds=0.05))
+    writer.join()
+    assert (final.status, final.step) == ("failed", 4)
+    progress = capsys.readouterr().err.splitlines()
+    assert progress[0] == f"{RUNNING_ID}: running, step 2/10, reward 0.4"
+    assert progress[-1] == f"{RUNNING_ID}: failed, step 4/10, reward 0.6"
+    assert len(progress) == len(set(progress))  # a line only when something changed
+    args = build_parser().parse_args(["start", "--wait"])
+    assert COMMANDS[[c.name for c in COMMANDS].index("start")].finish is not None
+    assert _finish_start((None, final), args) == EXIT_RUN_FAILED

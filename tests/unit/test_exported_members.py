@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
 import hermes_nb
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED = {
     "BaseEnv",
@@ -11,14 +18,28 @@ EXPECTED = {
     "ScoredDataGroup",
     "__version__",
     "load_ipython_extension",
+    "rl_check_status",
     "rl_edit_config",
     "rl_get_current_config",
+    "rl_get_results",
     "rl_list_environments",
+    "rl_list_runs",
     "rl_load_config",
     "rl_reset_config",
     "rl_select_environment",
+    "rl_start_training",
+    "rl_stop_training",
+    "rl_tail_logs",
     "run_sync",
 }
+LIFECYCLE = (
+    "rl_start_training",
+    "rl_check_status",
+    "rl_stop_training",
+    "rl_list_runs",
+    "rl_get_results",
+    "rl_tail_logs",
+)
 
 
 def test_all_is_pinned() -> None:
@@ -38,6 +59,23 @@ def test_public_names_are_the_real_objects() -> None:
     assert hermes_nb.BaseEnv is env.BaseEnv
     assert hermes_nb.HermesNBError is errors.HermesNBError
     assert hermes_nb.run_sync is syncio.run_sync
+
+
+def test_lifecycle_functions_are_the_runs_api_reexported() -> None:
+    from hermes_nb import api
+    from hermes_nb.runs import api as runs_api
+
+    for name in LIFECYCLE:
+        assert getattr(hermes_nb, name) is getattr(runs_api, name) is getattr(api, name), name
+        assert inspect.iscoroutinefunction(getattr(hermes_nb, name)), name
+
+
+def test_the_runs_api_imports_without_the_public_api() -> None:
+    # hermes_nb.api imports hermes_nb.runs.api at its end; the reverse would be an import cycle.
+    code = "import sys, hermes_nb.runs.api; print('hermes_nb.api' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
 
 
 def test_unknown_names_raise_attribute_error() -> None:

@@ -17,8 +17,8 @@ from notebook_runs import append_eval_row, append_trainer_rows, make_run, set_st
 from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook.live_plot import LivePlot
 from hermes_nb.plotting import MetricsPlot, RunFilesSource, WandbRunSource, save_metrics_plot
-from hermes_nb.plotting.series import ema
-from hermes_nb.protocol.metrics import TRAIN_LOSS, TRAIN_REWARD_MEAN
+from hermes_nb.plotting.series import RunSeries, decimate, ema
+from hermes_nb.protocol.metrics import TRAIN_LOSS, TRAIN_REWARD_MEAN, MetricsRow
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FAST_S = 0.05  # refresh interval in tests: fast, so a test waits milliseconds, not seconds
@@ -249,3 +249,21 @@ def test_wandb_source_reads_once_more_after_the_run_finished() -> None:
 def test_wandb_path_must_have_three_parts() -> None:
     with pytest.raises(HermesNBError, match="entity/project/run_id"):
         WandbRunSource("proj/abc", client=FakeWandbService([]))
+
+
+def test_series_keeps_steps_sorted_and_once_when_rows_come_late_or_twice() -> None:
+    series = RunSeries([TRAIN_LOSS])
+    rows = [MetricsRow(step=s, time=0.0, values={TRAIN_LOSS: v}) for s, v in [(0, 1.0), (2, 3.0), (1, 2.0), (2, 4.0)]]
+    assert series.add_rows(rows)
+    steps, values = series.arrays(TRAIN_LOSS)
+    assert steps.tolist() == [0, 1, 2] and values.tolist() == [1.0, 2.0, 4.0]
+    assert not series.add_rows(rows[3:])  # the same value again changes nothing
+
+
+def test_decimate_keeps_the_envelope_of_each_bin() -> None:
+    steps = np.arange(1000, dtype=float)
+    values = np.sin(steps)
+    few_steps, few_values = decimate(steps, values, 50)
+    assert few_steps.size == 100
+    assert few_values.max() == values.max() and few_values.min() == values.min()
+    assert decimate(steps[:80], values[:80], 50)[0].size == 80  # small series are drawn as they are

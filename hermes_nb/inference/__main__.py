@@ -1,0 +1,98 @@
+"""``python -m hermes_nb.inference --model DIR --port N [--host 127.0.0.1] [--threads 1]``: serve one model.
+
+A standalone inference server for a fixed model directory (a base model, a checkpoint): what
+``rl_test_inference`` starts per local model. The socket listens first and ``/health`` answers 503 until the
+model is loaded, so a caller waits on health, never on a sleep. SIGTERM or SIGINT stop it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("hermes_nb.inference")
+
+# Exit status of a user error (bad arguments, no model there), as argparse uses.
+USAGE_ERROR = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m hermes_nb.inference", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, type=Path, help="a Hugging Face model directory (config.json)")
+    parser.add_argument("--port", required=True, type=int, help="port to listen on (see hermes_nb.net.free_port)")
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+    parser.add_argument("--name", default=None, help="model name reported by /health (default: the directory)")
+    return parser
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    try:
+        loopback = ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = args.host == "localhost"
+    if not loopback:
+        return f"--host: {args.host} is not a loopback address; the server binds 127.0.0.1 (or ::1) only"
+    if not (args.model / "config.json").is_file():
+        return f"--model: {args.model} is not a model directory (no config.json)"
+    if args.threads is not None and args.threads < 1:
+        return f"--threads: must be at least 1 (got {args.threads})"
+    return None
+
+
+def _load_policy(model_dir: Path, name: str) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hermes_nb.inference.engine import Policy
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    model.eval()
+    return Policy(model=model, tokenizer=tokenizer, version=0, name=name)
+
+
+def serve(args: argparse.Namespace, stop: threading.Event) -> int:
+    import torch
+
+    from hermes_nb.inference.engine import InferenceEngine
+    from hermes_nb.inference.server import InferenceServer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    engine = InferenceEngine(seed=args.seed)
+    server = InferenceServer(engine, args.port, host=args.host)
+    server.start()
+    logger.info("listening on %s:%d; loading %s", args.host, args.port, args.model)
+    try:
+        engine.publish(_load_policy(args.model, args.name or args.model.name))
+        logger.info("model loaded; serving")
+        stop.wait()
+    finally:
+        server.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s inference %(levelname)s %(message)s")
+    problem = _usage_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return USAGE_ERROR
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return serve(args, stop)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Debian's headless Chromium driven by Playwright, and a JupyterLab notebook page seen the way a person sees it.
+
+Playwright cannot download its own browser on these machines, so it drives ``/usr/bin/chromium``
+(scripts/ensure_chromium.sh installs it). Waits poll what is on screen; there are no fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",  # runs as root in a container, where Chromium's sandbox cannot start
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    # nothing may reach the network: no component updates, sync, or background requests
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+VIEWPORT = {"width": 1400, "height": 1000}
+# How often a wait re-reads the page: fast enough that a wait costs little more than the thing it waits for.
+POLL_MS = 100
+PROMPT_DONE = re.compile(r"^\[(\d+)\]:$")
+
+T = TypeVar("T")
+
+
+def launch_chromium(playwright: Any, user_data_dir: Path) -> Any:
+    """A persistent context (a new, empty profile in ``user_data_dir``) on /usr/bin/chromium.
+
+    Raises RuntimeError with the reason when the browser cannot start.
+    """
+    if not CHROMIUM.exists():
+        raise RuntimeError(f"{CHROMIUM} does not exist; run scripts/ensure_chromium.sh (as root) to install it")
+    try:
+        return playwright.chromium.launch_persistent_context(
+            str(user_data_dir),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport=VIEWPORT,
+        )
+    except Exception as exc:  # Playwright raises its own Error with Chromium's output in the message
+        raise RuntimeError(f"Chromium at {CHROMIUM} could not start: {exc}") from exc
+
+
+def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, page: Any) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        page.wait_for_timeout(POLL_MS)
+
+
+@dataclass
+class Screenshots:
+    folder: Path
+    taken: list[Path] = field(default_factory=list)
+
+    def take(self, page: Any, name: str, selector: str | None = None) -> Path:
+        """A screenshot of the page (or of the element ``selector``), numbered in the order taken."""
+        path = self.folder / f"{len(self.taken) + 1:02d}-{name}.png"
+        target = page.locator(selector).first if selector else page
+        target.screenshot(path=str(path))
+        self.taken.append(path)
+        return path
+
+
+class NotebookPage:
+    def __init__(self, page: Any) -> None:
+        self.page = page
+
+    def open(self, url: str, cells: int, timeout_s: float) -> None:
+        self.page.goto(url)
+        self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(cells - 1).wait_for(timeout=timeout_s * 1000)
+
+    def cell(self, index: int) -> Any:
+        return self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(index)
+
+    def prompt(self, index: int) -> str:
+        return str(self.cell(index).locator(".jp-InputPrompt").first.inner_text()).strip()
+
+    def run_cell(self, index: int, timeout_s: float) -> int:
+        """Run cell ``index`` with Shift+Enter, as a person does; wait for its new execution count and return it."""
+        before = self.prompt(index)
+        self.cell(index).locator(".jp-InputArea-editor .cm-content").click()
+        self.page.keyboard.press("Shift+Enter")
+
+        def finished() -> int | None:
+            shown = self.prompt(index)
+            match = PROMPT_DONE.match(shown)
+            return int(match.group(1)) if match and shown != before else None
+
+        return wait_until(finished, timeout_s, f"cell {index} to finish running", self.page)
+
+    def output_text(self, index: int) -> str:
+        return "\n".join(self.cell(index).locator(".jp-OutputArea-output").all_inner_texts())
+
+    def image_digest(self, selector: str) -> str | None:
+        """sha256 of the bytes the <img> shows now (its src fetched in the page), None while it shows nothing."""
+        digest = self.page.evaluate(
+            """async (selector) => {
+                const img = document.querySelector(selector);
+                if (!img || !img.getAttribute("src")) return null;
+                const bytes = await (await fetch(img.src)).arrayBuffer();
+                if (!bytes.byteLength) return null;
+                const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+                return Array.from(hash, (b) => b.toString(16).padStart(2, "0")).join("");
+            }""",
+            selector,
+        )
+        return str(digest) if digest else None
