@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser.jupyterlab_server import JupyterLabServer, start_jupyterlab
-from tests.browser.notebook_page import Screenshots, launch_chromium
+from lab_server import JupyterLabServer, start_jupyterlab
+from notebook_page import Screenshots, launch_chromium, report
 
 SCREENSHOT_DIR_VAR = "HERMES_NB_SCREENSHOT_DIR"
 # Playwright's own default is 30 s; a widget answer on two busy cores takes a few seconds at most.
@@ -26,13 +26,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "browser: drives JupyterLab in headless Chromium (heavy: run it alone)")
 
 
-def report(config: pytest.Config, line: str) -> None:
-    """A line on the terminal even without ``-s`` (the screenshot folder, for one)."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(line)
-
-
 @pytest.fixture
 def jupyterlab(tmp_path: Path, hermes_home: Path) -> Iterator[JupyterLabServer]:
     """JupyterLab whose kernels share this test's HERMES_NB_HOME; every run, kernel and the server stop after."""
@@ -41,7 +34,11 @@ def jupyterlab(tmp_path: Path, hermes_home: Path) -> Iterator[JupyterLabServer]:
     try:
         server = start_jupyterlab(tmp_path / "jupyter", env)
     except RuntimeError as exc:
-        pytest.fail(f"JupyterLab could not start: {exc}", pytrace=False)
+        failure = f"JupyterLab could not start: {exc}"
+    else:
+        failure = None
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)  # outside the except: the reason alone, not a chained traceback
     yield server
     stopped_runs = _stop_every_run()
     problems = server.stop()
@@ -81,7 +78,11 @@ def page(tmp_path: Path) -> Iterator[Any]:
         try:
             context = launch_chromium(playwright, tmp_path / "chromium-profile")
         except RuntimeError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            failure = str(exc)
+        else:
+            failure = None
+        if failure is not None:
+            pytest.fail(failure, pytrace=False)
         context.set_default_timeout(PAGE_TIMEOUT_MS)
         browser_page = context.pages[0] if context.pages else context.new_page()
         errors: list[str] = []

@@ -78,6 +78,13 @@ class Screenshots:
         return path
 
 
+def report(config: Any, line: str) -> None:
+    """A line on pytest's terminal even without ``-s`` (the screenshot folder, for one)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
+
+
 class NotebookPage:
     def __init__(self, page: Any) -> None:
         self.page = page

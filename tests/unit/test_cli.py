@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,11 @@ from core_env_files import SIMPLE_ENV, write_env
 from run_dirs import FINISHED_ID, OTHER_ID, TRAINER_ROWS, this_process, write_finished_run, write_rows, write_state
 
 from hermes_nb import api, home
-from hermes_nb.cli import COMMANDS, EXIT_RUN_FAILED, _finish_start, build_parser, follow_run
+from hermes_nb.cli import COMMANDS, EXIT_RUN_FAILED, _finish_start, build_parser, follow_run, main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNNING_ID = "20250102-090000-hjkmnpqrst"
+Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture
@@ -89,72 +91,90 @@ def test_load_reset_and_help(envs: Path) -> None:
 
 
 # ---- the run lifecycle commands, on fabricated run directories -------------------------------------------------
+# They only read files, so most run in this process (``main()``, as the console script calls it); the first runs
+# the real command line once to show the same from outside.
+@pytest.fixture
+def here(capsys: pytest.CaptureFixture[str]) -> Runner:
+    def run_main(*args: str) -> subprocess.CompletedProcess[str]:
+        code = main(list(args))
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out.out, out.err)
+
+    return run_main
+
+
+def test_an_unknown_run_exits_2_from_the_real_command_line() -> None:
+    write_finished_run()
+    result = cli("status", "20240101-000000-nosuchrunx")
+    assert result.returncode == 2 and FINISHED_ID in result.stderr and "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize("command", ["status", "stop", "results", "logs"])
-def test_an_unknown_run_exits_2_with_one_line_listing_the_known_runs(command: str) -> None:
+def test_an_unknown_run_exits_2_with_one_line_listing_the_known_runs(command: str, here: Runner) -> None:
     write_finished_run()
     write_state(OTHER_ID, "stopped")
-    result = cli(command, "20240101-000000-nosuchrunx")
+    result = here(command, "20240101-000000-nosuchrunx")
     assert result.returncode == 2
     assert result.stderr.startswith(f"hermes-nb {command}: unknown run '20240101-000000-nosuchrunx'")
     assert FINISHED_ID in result.stderr and OTHER_ID in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
-def test_runs_on_an_empty_home() -> None:
-    text = cli("runs")
+def test_runs_on_an_empty_home(here: Runner) -> None:
+    text = here("runs")
     assert (text.returncode, text.stdout.strip()) == (0, "0 run(s):")
-    assert json.loads(cli("runs", "--json").stdout) == {"runs": [], "count": 0}
+    assert json.loads(here("runs", "--json").stdout) == {"runs": [], "count": 0}
 
 
-def test_runs_lists_runs_newest_first() -> None:
+def test_runs_lists_runs_newest_first(here: Runner) -> None:
     write_state(OTHER_ID, "stopped")
     write_finished_run()
-    listed = json.loads(cli("runs", "--json").stdout)
+    listed = json.loads(here("runs", "--json").stdout)
     assert [(r["run_id"], r["status"], r["step"]) for r in listed["runs"]] == [
         (FINISHED_ID, "completed", 4),
         (OTHER_ID, "stopped", 0),
     ]
 
 
-def test_status_of_a_finished_run() -> None:
+def test_status_of_a_finished_run(here: Runner) -> None:
     write_finished_run()
-    text = cli("status", FINISHED_ID)
+    text = here("status", FINISHED_ID)
     assert text.returncode == 0, text.stderr
     assert f"Run {FINISHED_ID} (arithmetic): completed" in text.stdout
     assert "step 4/4" in text.stdout and "eval 50.0%" in text.stdout
-    data = json.loads(cli("status", "--json").stdout)  # no id: the newest run
+    data = json.loads(here("status", "--json").stdout)  # no id: the newest run
     assert (data["run_id"], data["progress"], data["metrics"]["reward_mean"]) == (FINISHED_ID, "4/4", 0.6)
 
 
-def test_results_of_a_finished_run() -> None:
+def test_results_of_a_finished_run(here: Runner) -> None:
     paths = write_finished_run()
-    data = json.loads(cli("results", FINISHED_ID, "--json").stdout)
+    data = json.loads(here("results", FINISHED_ID, "--json").stdout)
     assert data["final_weights_path"] == str(paths.checkpoints_dir / "step_4")
     assert data["best_metrics"]["train/reward_mean"] == 0.9
     assert len(data["history"]) == 4
-    assert "final weights: " + str(paths.checkpoints_dir / "step_4") in cli("results").stdout
+    assert "final weights: " + str(paths.checkpoints_dir / "step_4") in here("results").stdout
 
 
-def test_logs_of_a_finished_run() -> None:
+def test_logs_of_a_finished_run(here: Runner) -> None:
     write_finished_run()
-    tail = cli("logs", FINISHED_ID, "-n", "2")
+    tail = here("logs", FINISHED_ID, "-n", "2")
     assert tail.returncode == 0, tail.stderr
     assert tail.stdout.splitlines()[1:] == ["trainer line 99", "trainer line 100"]
-    data = json.loads(cli("logs", "--process", "trainer", "-n", "1", "--json").stdout)
+    data = json.loads(here("logs", "--process", "trainer", "-n", "1", "--json").stdout)
     assert data["lines"] == ["trainer line 100"]
-    refused = cli("logs", "--process", "worker")
+    refused = here("logs", "--process", "worker")
     assert refused.returncode == 2 and "choose one of api, trainer, env, supervisor" in refused.stderr
 
 
-def test_stop_of_a_finished_run_is_a_no_op() -> None:
+def test_stop_of_a_finished_run_is_a_no_op(here: Runner) -> None:
     write_finished_run()
-    stopped = cli("stop", FINISHED_ID)
+    stopped = here("stop", FINISHED_ID)
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.startswith(f"Run {FINISHED_ID} was already completed")
 
 
-def test_start_without_a_selected_environment_exits_2() -> None:
-    result = cli("start", "total_steps=3")
+def test_start_without_a_selected_environment_exits_2(here: Runner) -> None:
+    result = here("start", "total_steps=3")
     assert result.returncode == 2
     assert result.stderr.startswith("hermes-nb start: no environment selected")
     assert len(result.stderr.strip().splitlines()) == 1

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,25 +36,64 @@ def test_exceptions_propagate() -> None:
         run_sync(fail())
 
 
+# Re-entering a running loop applies nest-asyncio2, which patches asyncio for the whole process (pure-Python tasks,
+# asyncio.run replaced). Those cases run in a fresh interpreter, so this pytest process is never patched.
+WORK = """
+import asyncio, sys
+from hermes_nb.syncio import run_sync
+
+async def work(x):
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "print(41)", stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    return int(out) + await asyncio.to_thread(lambda: x)
+"""
+
+
+def in_fresh_python(code: str) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", WORK + code], capture_output=True, text=True, env=env, timeout=60, cwd=REPO_ROOT
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+@pytest.fixture(autouse=True)
+def _this_process_stays_unpatched() -> Iterator[None]:
+    yield
+    assert not hasattr(asyncio, "_nest_patched"), "a test patched asyncio in the pytest process"
+
+
 def test_inside_a_running_loop_like_a_kernel_cell() -> None:
-    async def cell() -> tuple[int, str]:
-        event = asyncio.Event()  # bound to this (the "kernel's") loop
-        asyncio.get_running_loop().call_later(0.01, event.set)
+    code = """
+async def cell():
+    event = asyncio.Event()  # bound to this (the "kernel's") loop
+    asyncio.get_running_loop().call_later(0.01, event.set)
 
-        async def wait() -> str:
-            await asyncio.wait_for(event.wait(), 5)
-            return "set"
+    async def wait():
+        await asyncio.wait_for(event.wait(), 5)
+        return "set"
 
-        return run_sync(work(1)), run_sync(wait())
+    return run_sync(work(1)), run_sync(wait())
 
-    assert asyncio.run(cell()) == (42, "set")
+print(*asyncio.run(cell()), hasattr(asyncio, "_nest_patched"))
+"""
+    assert in_fresh_python(code) == ["42", "set", "True"]
 
 
 def test_nested_calls_work() -> None:
-    async def outer() -> int:
-        return run_sync(work(2)) + 1
+    code = """
+async def outer():
+    return run_sync(work(2)) + 1
 
-    assert run_sync(outer()) == 44
+print(run_sync(outer()))
+"""
+    assert in_fresh_python(code) == ["44"]
+
+
+def test_from_sync_code_nothing_is_patched() -> None:
+    assert run_sync(work(1)) == 42
+    assert not hasattr(asyncio, "_nest_patched")
 
 
 def test_from_another_thread() -> None:

@@ -189,6 +189,7 @@ def _post_sampled_groups(api_url: str, inference_url: str, count: int) -> None:
         httpx.post(f"{api_url}/scored_data", json=group, timeout=10).raise_for_status()
 
 
+@pytest.mark.slow  # two real processes; ~10 s idle, ~35 s on a loaded 2-core machine
 def test_trainer_process_trains_against_the_api_and_exits_0(model_dir: Path, tmp_path: Path, api_url: str) -> None:
     proc, inference_url = _start_trainer(tmp_path, model_dir, api_url, total_steps=3)
     try:
@@ -204,6 +205,7 @@ def test_trainer_process_trains_against_the_api_and_exits_0(model_dir: Path, tmp
     assert "trainer completed at step 3" in (tmp_path / "trainer.log").read_text()
 
 
+@pytest.mark.slow  # two real processes; ~10 s idle, ~35 s on a loaded 2-core machine
 def test_sigterm_saves_a_stop_checkpoint_and_exits_0(model_dir: Path, tmp_path: Path, api_url: str) -> None:
     proc, inference_url = _start_trainer(tmp_path, model_dir, api_url, total_steps=50)
     try:

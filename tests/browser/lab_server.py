@@ -9,6 +9,7 @@ extension manager is read-only (the default one queries PyPI).
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import signal
 import subprocess
@@ -122,6 +123,8 @@ def start_jupyterlab(base: Path, env: dict[str, str]) -> JupyterLabServer:
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.extension_manager=readonly",
     ]
+    if os.geteuid() == 0:
+        command.append("--ServerApp.allow_root=True")  # CI containers run as root; Jupyter refuses that by default
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, cwd=root, env=server_env, stdout=log, stderr=subprocess.STDOUT)
     server = JupyterLabServer(root, f"http://{LOOPBACK}:{port}", token, process, log_path)

@@ -1,0 +1,92 @@
+"""Execute a notebook top to bottom without a browser (nbclient), as CI and ``make main`` do.
+
+The kernel is ``python3``, which jupyter_client starts with the Python running this code (the kernel spec's
+``python`` is replaced by ``sys.executable``), so a notebook executed from a virtual environment sees that
+environment's hermes-nb. The executed copy is written even when a cell fails, so its error can be read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+# A cell that waits for a training run (``%rl_watch --wait``) blocks for the whole run; generous, but finite so
+# a hung run fails the execution instead of blocking CI forever.
+DEFAULT_CELL_TIMEOUT_S = 1800
+# nbclient's default (60 s) is too short on two busy cores: a kernel importing torch can take that long.
+KERNEL_START_TIMEOUT_S = 180
+
+
+class NotebookExecution(BaseModel):
+    """The outcome of one headless execution."""
+
+    source: str
+    output: str
+    seconds: float
+    error: str | None = None  # the failing cell's error name and value, None when every cell ran
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def execute_notebook(
+    source: str | Path,
+    output: str | Path,
+    *,
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    cell_timeout_s: int = DEFAULT_CELL_TIMEOUT_S,
+    kernel_name: str = "python3",
+) -> NotebookExecution:
+    """Run every cell of ``source`` in a fresh kernel (working directory ``cwd``, default the notebook's own)
+    with ``env`` added to this process's environment; write the executed notebook to ``output``."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    source, output = Path(source), Path(output)
+    book = nbformat.read(source, as_version=4)
+    client = NotebookClient(
+        book,
+        timeout=cell_timeout_s,
+        startup_timeout=KERNEL_START_TIMEOUT_S,
+        kernel_name=kernel_name,
+        resources={"metadata": {"path": str(Path(cwd) if cwd else source.parent)}},
+    )
+    started = time.monotonic()
+    error: str | None = None
+    try:
+        client.execute(env={**os.environ, **(env or {})})
+    except CellExecutionError as exc:
+        error = f"{exc.ename}: {exc.evalue}"
+    except (CellTimeoutError, DeadKernelError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    seconds = time.monotonic() - started
+    output.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(book, output)
+    return NotebookExecution(source=str(source), output=str(output), seconds=round(seconds, 1), error=error)
+
+
+def error_outputs(book: Any) -> list[str]:
+    """``ename: evalue`` of every error output in an executed notebook (nbformat node or dict)."""
+    return [
+        f"{out.get('ename')}: {out.get('evalue')}"
+        for cell in book["cells"]
+        for out in cell.get("outputs", [])
+        if out.get("output_type") == "error"
+    ]
+
+
+def png_outputs(cell: Any) -> list[str]:
+    """The base64 PNGs a cell's outputs hold (display data, results, updated displays)."""
+    return [
+        out["data"]["image/png"]
+        for out in cell.get("outputs", [])
+        if "image/png" in out.get("data", {})
+    ]

@@ -1,0 +1,218 @@
+"""The dashboard in a real JupyterLab in headless Chromium, checked the way a person sees it.
+
+One story, step by step with a screenshot at each: run ``%load_ext hermes_nb`` and ``hermes_nb.dashboard()``
+with Shift+Enter; the picker lists the shipped environments; choosing one fills the config form; locked fields
+are disabled; an invalid value shows its error inline and Apply changes nothing; Start shows progress and the
+plot image changes while the run goes on after the cell has finished; Stop ends with ``stopped``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lab_server import JupyterLabServer
+from notebook_page import NotebookPage, Screenshots, report, wait_until
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+
+SHIPPED_ENVIRONMENTS = ("arithmetic", "reverse_string", "count_letters", "sort_letters")
+DOCS_IMAGE = Path(__file__).resolve().parents[2] / "docs" / "img" / "dashboard.png"
+UPDATE_DOCS_VAR = "HERMES_NB_UPDATE_DOCS_IMG"
+
+NOTEBOOK = "dashboard.ipynb"
+LOAD, DASHBOARD, SHOW_CONFIG, QUICK_CONFIG = range(4)
+CELLS = [
+    "%load_ext hermes_nb",
+    "import hermes_nb\n\nhermes_nb.dashboard()",
+    "import json\n\n"
+    "config = (await hermes_nb.rl_get_current_config()).values()\n"
+    'print("CONFIG", json.dumps({name: config[name] for name in ("env.group_size", "env.total_steps")}))',
+    # quick_test.yaml's sizes, with enough steps that Stop lands mid-run
+    'await hermes_nb.rl_load_config("configs/quick_test.yaml")\nawait hermes_nb.rl_edit_config("env.total_steps", 200)',
+]
+
+PICKER = ".hermes-nb-picker select"
+FORM = ".hermes-nb-config-form"
+GROUP_SIZE = ".hermes-nb-field-env-group_size input"
+TOTAL_STEPS = ".hermes-nb-field-env-total_steps input"
+GROUP_SIZE_ERROR = ".hermes-nb-error-env-group_size"
+TOTAL_STEPS_ERROR = ".hermes-nb-error-env-total_steps"
+FORM_STATUS = ".hermes-nb-form-status"
+RUN_STATUS = ".hermes-nb-status"
+PLOT = "img.hermes-nb-plot"
+DASHBOARD_VIEW = ".hermes-nb-dashboard"
+
+# Limits of single waits, well inside the 300 s of the whole test. A kernel's first start and the import of the
+# notebook stack take the longest; a training step on the shared CPU cores takes a few seconds.
+KERNEL_START_S = 90.0
+CELL_S = 60.0
+WIDGET_S = 30.0
+PLOT_CHANGES_S = 150.0
+STOP_S = 90.0
+PLOT_FRAMES_WANTED = 3  # the first frame and two changes
+
+
+def test_dashboard_in_jupyterlab(
+    request: pytest.FixtureRequest, jupyterlab: JupyterLabServer, page: Any, screenshots: Screenshots
+) -> None:
+    started = time.monotonic()
+    notebook = NotebookPage(page)
+    try:
+        best = _story(jupyterlab, page, notebook, screenshots)
+    except BaseException:
+        _record_failure(request, page, notebook, screenshots)
+        raise
+    if os.environ.get(UPDATE_DOCS_VAR) == "1":
+        shutil.copyfile(best, DOCS_IMAGE)
+        report(request.config, f"\nupdated {DOCS_IMAGE} from {best}")
+    report(request.config, f"\nbrowser test story took {time.monotonic() - started:.0f} s")
+
+
+def _story(jupyterlab: JupyterLabServer, page: Any, notebook: NotebookPage, screenshots: Screenshots) -> Path:
+    jupyterlab.create_notebook(NOTEBOOK, CELLS)
+    notebook.open(jupyterlab.lab_url(NOTEBOOK), cells=len(CELLS), timeout_s=WIDGET_S)
+    notebook.run_cell(LOAD, KERNEL_START_S)
+    assert "Error" not in notebook.output_text(LOAD), notebook.output_text(LOAD)
+    notebook.run_cell(DASHBOARD, CELL_S)
+    page.locator(DASHBOARD_VIEW).wait_for()
+    screenshots.take(page, "dashboard-shown")
+
+    _picker_lists_the_shipped_environments(page, screenshots)
+    _choosing_fills_the_form_and_locked_fields_are_disabled(page, notebook, screenshots)
+    _invalid_value_shows_inline_error_and_apply_changes_nothing(page, notebook, screenshots)
+    _valid_edits_apply_together(page, notebook, screenshots)
+    notebook.run_cell(QUICK_CONFIG, CELL_S)
+    assert "Error" not in notebook.output_text(QUICK_CONFIG), notebook.output_text(QUICK_CONFIG)
+
+    best = _start_shows_progress_and_the_plot_changes_after_the_cell_finished(page, notebook, screenshots)
+    _stop_ends_with_stopped(page, screenshots)
+
+    assert not page.hermes_errors, "the page logged errors:\n" + "\n".join(page.hermes_errors)
+    return best
+
+
+def _record_failure(request: pytest.FixtureRequest, page: Any, notebook: NotebookPage, shots: Screenshots) -> None:
+    """What the page showed when the story broke: a screenshot, each cell's output, the page's errors."""
+    try:
+        shots.take(page, "failure")
+        outputs = [f"--- cell {i}: {notebook.prompt(i)}\n{notebook.output_text(i)}" for i in range(len(CELLS))]
+    except Exception as exc:  # the page itself may be gone; the original failure matters more
+        outputs = [f"(could not read the page: {exc})"]
+    report(request.config, "\n" + "\n".join([*outputs, *page.hermes_errors]))
+
+
+def _picker_lists_the_shipped_environments(page: Any, screenshots: Screenshots) -> None:
+    options = page.locator(f"{PICKER} option")
+    wait_until(lambda: options.count() >= len(SHIPPED_ENVIRONMENTS), WIDGET_S, "the picker's options", page)
+    labels = options.all_inner_texts()
+    for name in SHIPPED_ENVIRONMENTS:
+        assert any(label.startswith(name) for label in labels), f"{name} not in the picker: {labels}"
+    screenshots.take(page, "picker")
+
+
+def _choosing_fills_the_form_and_locked_fields_are_disabled(
+    page: Any, notebook: NotebookPage, screenshots: Screenshots
+) -> None:
+    labels = page.locator(f"{PICKER} option").all_inner_texts()
+    page.locator(PICKER).select_option(label=next(label for label in labels if label.startswith("arithmetic")))
+    form = page.locator(FORM)
+    wait_until(lambda: "of arithmetic" in form.inner_text(), WIDGET_S, "the form to show arithmetic", page)
+    shown = _shown_config(notebook)
+    assert page.locator(GROUP_SIZE).input_value() == str(shown["env.group_size"])
+    assert page.locator(TOTAL_STEPS).input_value() == str(shown["env.total_steps"])
+    assert page.locator(".hermes-nb-field-env-digits").count() == 1, "arithmetic's own field is missing"
+    assert page.locator(GROUP_SIZE).is_enabled()
+
+    locked = page.locator(".hermes-nb-locked input")
+    assert locked.count() > 0, "no locked field shown"
+    assert all(locked.nth(i).is_disabled() for i in range(locked.count()))
+    assert page.locator(".hermes-nb-field-environment input").input_value() == "arithmetic"
+    screenshots.take(page, "arithmetic-chosen")
+
+
+def _invalid_value_shows_inline_error_and_apply_changes_nothing(
+    page: Any, notebook: NotebookPage, screenshots: Screenshots
+) -> None:
+    before = _shown_config(notebook)
+    _type(page, GROUP_SIZE, "1")
+    _type(page, TOTAL_STEPS, "200")  # valid alone: all or nothing means it is not applied either
+    page.locator("button.hermes-nb-apply").click()
+
+    error = page.locator(GROUP_SIZE_ERROR)
+    wait_until(lambda: error.inner_text().strip(), WIDGET_S, "the inline error beside group_size", page)
+    assert "2" in error.inner_text(), f"the error does not say what is accepted: {error.inner_text()!r}"
+    assert not page.locator(TOTAL_STEPS_ERROR).inner_text().strip()
+    assert "Nothing applied" in page.locator(FORM_STATUS).inner_text()
+    assert page.locator(GROUP_SIZE).input_value() == "1", "the refused value should stay for the user to fix"
+    screenshots.take(page, "invalid-value", DASHBOARD_VIEW)
+    assert _shown_config(notebook) == before
+
+
+def _valid_edits_apply_together(page: Any, notebook: NotebookPage, screenshots: Screenshots) -> None:
+    _type(page, GROUP_SIZE, "4")
+    page.locator("button.hermes-nb-apply").click()
+    status = page.locator(FORM_STATUS)
+    wait_until(lambda: "Nothing applied" not in status.inner_text(), WIDGET_S, "the form to apply", page)
+    assert not page.locator(GROUP_SIZE_ERROR).inner_text().strip()
+    assert _shown_config(notebook) == {"env.group_size": 4, "env.total_steps": 200}
+    screenshots.take(page, "applied", DASHBOARD_VIEW)
+
+
+def _start_shows_progress_and_the_plot_changes_after_the_cell_finished(
+    page: Any, notebook: NotebookPage, screenshots: Screenshots
+) -> Path:
+    """Start, then watch the plot's image bytes change twice; return the screenshot of the dashboard mid-run."""
+    dashboard_prompt = notebook.prompt(DASHBOARD)
+    page.locator("button.hermes-nb-start").click()
+    status = page.locator(RUN_STATUS)
+    wait_until(lambda: "running" in status.inner_text(), CELL_S, "the run to be running", page)
+    frames: list[str] = []
+    best: Path | None = None
+    deadline = time.monotonic() + PLOT_CHANGES_S
+    while len(frames) < PLOT_FRAMES_WANTED:
+        digest = wait_until(
+            lambda: (d := notebook.image_digest(PLOT)) and d not in frames and d,
+            max(deadline - time.monotonic(), 1.0),
+            f"plot frame {len(frames) + 1} (seen {len(frames)}; status: {status.inner_text()!r})",
+            page,
+        )
+        frames.append(digest)
+        # the dashboard cell finished long ago; this update reached the page from the kernel's refresh thread
+        assert notebook.prompt(DASHBOARD) == dashboard_prompt
+        best = screenshots.take(page, f"plot-frame-{len(frames)}", DASHBOARD_VIEW)
+    assert "running" in status.inner_text(), status.inner_text()
+    progress = page.locator(".hermes-nb-progress").inner_text()
+    assert progress.split("/")[-1].strip() == "200" and int(progress.split("/")[0]) >= 1, progress
+    assert best is not None
+    return best
+
+
+def _stop_ends_with_stopped(page: Any, screenshots: Screenshots) -> None:
+    page.locator("button.hermes-nb-stop").click()
+    status = page.locator(RUN_STATUS)
+    wait_until(lambda: "stopped" in status.inner_text(), STOP_S, "status stopped", page)
+    assert page.locator(".hermes-nb-status-stopped").count() == 1
+    assert page.locator("button.hermes-nb-start").is_enabled()
+    screenshots.take(page, "stopped", DASHBOARD_VIEW)
+
+
+def _type(page: Any, selector: str, text: str) -> None:
+    """Type into a number field and leave it (Tab), which is when the widget sends the value to the kernel."""
+    field = page.locator(selector)
+    field.fill(text)
+    field.press("Tab")
+
+
+def _shown_config(notebook: NotebookPage) -> dict[str, Any]:
+    """Run the cell that prints the core's current config; its two watched values."""
+    notebook.run_cell(SHOW_CONFIG, CELL_S)
+    line = next((ln for ln in notebook.output_text(SHOW_CONFIG).splitlines() if ln.startswith("CONFIG ")), None)
+    assert line is not None, notebook.output_text(SHOW_CONFIG)
+    return dict(json.loads(line.removeprefix("CONFIG ")))
