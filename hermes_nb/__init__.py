@@ -33,6 +33,9 @@ _EXPORTS: dict[str, str] = {
     "BaseEnvConfig": "hermes_nb.env",
     "ScoredDataGroup": "hermes_nb.env",
     "run_sync": "hermes_nb.syncio",
+    # The notebook layer pulls in ipywidgets and matplotlib: imported only when one of these is used.
+    "dashboard": "hermes_nb.notebook",
+    "save_metrics_plot": "hermes_nb.plotting",
 }
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "HermesNBError",
     "ScoredDataGroup",
     "__version__",
+    "dashboard",
     "load_ipython_extension",
     "rl_check_status",
     "rl_edit_config",
@@ -55,6 +59,7 @@ __all__ = [
     "rl_stop_training",
     "rl_tail_logs",
     "run_sync",
+    "save_metrics_plot",
 ]
 
 if TYPE_CHECKING:
@@ -74,6 +79,8 @@ if TYPE_CHECKING:
     )
     from hermes_nb.env import BaseEnv, BaseEnvConfig, ScoredDataGroup
     from hermes_nb.errors import HermesNBError
+    from hermes_nb.notebook.dashboard import dashboard
+    from hermes_nb.plotting import save_metrics_plot
     from hermes_nb.syncio import run_sync
 
 

@@ -65,12 +65,16 @@ def resolve_targets(models: str | list[str] | None, config: RunConfig) -> list[M
 def _base_model_target(config: RunConfig) -> ModelTarget:
     base = config.trainer.base_model
     path = home.embedded_base_model_dir() if base == EMBEDDED_BASE_MODEL else Path(base).expanduser()
+    return _model_dir_target(base, path, "trainer.base_model")
+
+
+def _model_dir_target(reference: str, path: Path, field: str) -> ModelTarget:
     if not (path / "config.json").is_file():
         raise ModelReferenceError(
-            f"trainer.base_model: {base!r} is not a local model directory (no config.json at {path}); "
+            f"{field}: {reference!r} is not a local model directory (no config.json at {path}); "
             f"pass models=[...] with {ACCEPTED}"
         )
-    return ModelTarget(reference=base, kind="local", location=str(path))
+    return ModelTarget(reference=reference, kind="local", location=str(path))
 
 
 def resolve_target(reference: str) -> ModelTarget:
@@ -80,7 +84,7 @@ def resolve_target(reference: str) -> ModelTarget:
     if reference.startswith(("http://", "https://")):
         return _endpoint_target(reference)
     if reference == EMBEDDED_BASE_MODEL:
-        return ModelTarget(reference=reference, kind="local", location=str(home.embedded_base_model_dir()))
+        return _model_dir_target(reference, home.embedded_base_model_dir(), "models")
     from hermes_nb.runs.transfer import weights_path
 
     try:

@@ -381,7 +381,9 @@ def _counted(files: _Files, requested: int, status: Status, error: str | None) -
     steps, completions, correct = _read_groups(files.output)
     if status == "ok" and steps == 0:
         status = "no_groups"
-        error = f"the environment wrote no scored group in {requested} step(s); see {files.env_log}"
+        last = _last_exception(files.env_log)
+        cause = f" (last error: {last})" if last else ""
+        error = f"the environment wrote no scored group in {requested} step(s){cause}; see {files.env_log}"
     return {
         "status": status,
         "error": error,
@@ -391,6 +393,18 @@ def _counted(files: _Files, requested: int, status: Status, error: str | None) -
         "accuracy": round(correct / completions, 4) if completions else 0.0,
         "step_success_rate": round(min(steps, requested) / requested, 4),
     }
+
+
+# The closing line of a Python traceback: "RuntimeError: message", "pkg.mod.SomeError: ...", "KeyError".
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b(: .*)?$")
+
+
+def _last_exception(log_path: Path) -> str | None:
+    """The last exception an environment logged, so that the result says why it produced nothing."""
+    if not log_path.is_file():
+        return None
+    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return next((line for line in reversed(lines) if _EXCEPTION_LINE.match(line)), None)
 
 
 def _read_groups(path: Path) -> tuple[int, int, int]:

@@ -60,6 +60,8 @@ def _parser(*, with_spec: bool, prog: str | None = None) -> argparse.ArgumentPar
 
 def _run(args: argparse.Namespace, env_cls: type[BaseEnv] | None) -> int:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+    # One line per completion request would bury the environment's own log lines.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         env = _make_env(args, env_cls)
         return asyncio.run(_dispatch(args, env))

@@ -85,8 +85,4 @@ def error_outputs(book: Any) -> list[str]:
 
 def png_outputs(cell: Any) -> list[str]:
     """The base64 PNGs a cell's outputs hold (display data, results, updated displays)."""
-    return [
-        out["data"]["image/png"]
-        for out in cell.get("outputs", [])
-        if "image/png" in out.get("data", {})
-    ]
+    return [out["data"]["image/png"] for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]

@@ -316,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s supervisor %(levelname)s %(message)s", stream=sys.stderr
     )
+    # One line per health poll would bury what the supervisor has to say.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     config = RunConfig.load(paths.config)
     state = read_run_state(paths.run_dir)
     me = psutil.Process()

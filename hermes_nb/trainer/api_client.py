@@ -11,7 +11,7 @@ import time
 
 import httpx
 
-from hermes_nb.protocol.trajectory import BatchResponse, Registration, ScoredDataGroup
+from hermes_nb.protocol.trajectory import BatchResponse, HealthResponse, Registration, ScoredDataGroup
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,20 @@ class TrajectoryApi:
                 return batch
             stop.wait(poll_s)
         return None
+
+    def connected_envs(self) -> int | None:
+        """How many environments are registered (``/health``); None when the API cannot tell (gone, or an
+        ``atroposlib`` API, which has no ``/health``)."""
+        try:
+            response = self._client.get("/health", timeout=5.0)
+        except httpx.TransportError:
+            return None
+        if response.is_error:
+            return None
+        try:
+            return HealthResponse.model_validate(response.json()).num_envs
+        except ValueError:
+            return None
 
     def close(self) -> None:
         self._client.close()

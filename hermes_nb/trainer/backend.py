@@ -57,8 +57,27 @@ def model_dir_for(base_model: str) -> Path:
     return path
 
 
+def initial_weights(config: RunConfig) -> Path | None:
+    """The weights the model starts from, before a resume restores its own: ``infra.init_weights`` (transfer).
+
+    A resumed LoRA run also needs the weights its adapter was trained on, which are those of the run it
+    continues (recorded in the checkpoint's ``config.yaml``); a full fine-tune overwrites every weight on resume,
+    so it skips that load."""
+    infra = config.infra
+    if infra.init_weights:
+        return Path(infra.init_weights)
+    if not infra.resume_checkpoint or config.trainer.lora_rank == 0:
+        return None
+    from hermes_nb.trainer.checkpoints import CONFIG_FILE
+
+    saved = Path(infra.resume_checkpoint) / CONFIG_FILE
+    earlier = RunConfig.load(saved).infra.init_weights if saved.is_file() else None
+    return Path(earlier) if earlier else None
+
+
 def make_backend(config: RunConfig) -> TrainingBackend:
-    """The backend named by ``trainer.backend``, loaded from ``trainer.base_model``."""
+    """The backend named by ``trainer.backend``: the architecture of ``trainer.base_model``, with the weights of
+    ``initial_weights(config)`` when set (weights only: the optimizer starts fresh)."""
     trainer = config.trainer
     if trainer.backend == "tinker":
         from hermes_nb.errors import ConfigError
@@ -66,4 +85,9 @@ def make_backend(config: RunConfig) -> TrainingBackend:
         raise ConfigError("trainer.backend: 'tinker' is not available yet in this version; use 'local'")
     from hermes_nb.trainer.local_backend import LocalBackend
 
-    return LocalBackend(model_dir_for(trainer.base_model), lora_rank=trainer.lora_rank, seed=trainer.seed)
+    return LocalBackend(
+        model_dir_for(trainer.base_model),
+        lora_rank=trainer.lora_rank,
+        seed=trainer.seed,
+        init_weights=initial_weights(config),
+    )

@@ -46,14 +46,34 @@ def pad_float(rows: list[list[float]]) -> torch.Tensor:
     return torch.tensor([r + [0.0] * (width - len(r)) for r in rows], dtype=torch.float32)
 
 
+def load_weights_into(model: Any, weights_dir: Path, field: str = "infra.init_weights") -> None:
+    """Copy every tensor of the model saved in ``weights_dir`` into ``model`` (same architecture, strict)."""
+    from transformers import AutoModelForCausalLM
+
+    from hermes_nb.errors import TransferError
+
+    saved = AutoModelForCausalLM.from_pretrained(str(weights_dir), dtype=torch.float32)
+    try:
+        model.load_state_dict(saved.state_dict())
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise TransferError(f"{field}: {weights_dir} does not fit the base model ({first})") from None
+
+
 class LocalBackend:
-    def __init__(self, model_dir: Path, *, lora_rank: int = 0, seed: int = 0) -> None:
+    """``model_dir`` gives the architecture and tokenizer; ``init_weights`` (a ``from_pretrained`` directory of
+    the same architecture, e.g. another run's checkpoint) replaces its weights before any adapter is added."""
+
+    def __init__(self, model_dir: Path, *, lora_rank: int = 0, seed: int = 0, init_weights: Path | None = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.manual_seed(seed)
         self._model_dir = Path(model_dir)
         self._tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        if init_weights is not None:
+            load_weights_into(model, Path(init_weights))
+            logger.info("initial weights loaded from %s", init_weights)
         self.lora_rank = lora_rank
         if lora_rank > 0:
             peft = _load_peft()
@@ -164,14 +184,11 @@ class LocalBackend:
         torch.save(state, path / TRAINER_STATE_FILE)
 
     def load_state(self, path: Path) -> dict[str, Any]:
-        from transformers import AutoModelForCausalLM
-
         state: dict[str, Any] = torch.load(path / TRAINER_STATE_FILE, weights_only=False)
         if self.lora_rank > 0:
             _load_peft().set_peft_model_state_dict(self.model, state["adapter"])
         else:
-            saved = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-            self.model.load_state_dict(saved.state_dict())
+            load_weights_into(self.model, path, "infra.resume_checkpoint")
         optimizer_state = state.pop("optimizer", None)
         if optimizer_state is not None:
             self._optimizer = torch.optim.AdamW(self._trainable(), lr=1e-3)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.protocol import metrics as keys
@@ -31,6 +31,13 @@ class MetricsSink(Protocol):
 
 class BatchSource(Protocol):
     def next_batch(self, stop: threading.Event) -> list[ScoredDataGroup] | None: ...
+
+
+@runtime_checkable
+class ReportingSource(Protocol):
+    """A batch source with metrics about the batch it handed out last (e.g. the replay's share)."""
+
+    def batch_metrics(self) -> dict[str, float]: ...
 
 
 # Called after every optimizer step with the new weights and the step that produced them.
@@ -174,6 +181,8 @@ def run_training(
             break
         started = time.perf_counter()
         values = train_step(backend, batch, settings.trainer)
+        if isinstance(source, ReportingSource):
+            values.update(source.batch_metrics())
         step += 1
         record_batch(settings.run_dir, step, batch)
         if publish is not None:

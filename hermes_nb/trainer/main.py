@@ -1,5 +1,12 @@
 """The trainer process: inference server first (``/health`` 503 while loading), model, registration, loop.
 
+Starting point: ``infra.resume_checkpoint`` (weights, optimizer and RNG; steps continue after
+``infra.start_step``), else ``infra.init_weights`` (weights only), else the base model. With
+``trainer.transfer_learning`` the batches mix in ``infra.replay_trajectories`` (``hermes_nb.trainer.replay``).
+
+After the final step the process keeps serving the policy while an environment is still registered, for at most
+``FINAL_EVAL_GRACE`` seconds: the environment's final evaluation samples from this server.
+
 Exit codes: 0 after ``total_steps`` or a clean stop (SIGTERM/SIGINT: the current step finishes, a ``stop``
 checkpoint is saved, ``stopped`` is logged); 2 for a user error (one line in the log); 1 for a crash (the
 traceback goes to stderr, which the supervisor redirects to ``logs/trainer_<run_id>.log``).
@@ -12,18 +19,29 @@ import logging
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from hermes_nb.config import RunConfig
-from hermes_nb.errors import HermesNBError
+from hermes_nb.errors import HermesNBError, TransferError
 from hermes_nb.trainer.loop import LoopOutcome
 
 if TYPE_CHECKING:
     from hermes_nb.metrics.logger import MetricsLogger
+    from hermes_nb.trainer.api_client import TrajectoryApi
+    from hermes_nb.trainer.backend import TrainingBackend
 
 logger = logging.getLogger("hermes_nb.trainer")
+
+# The environment runs its final evaluation once the API's step reaches total_steps, which is when this trainer
+# takes its last batch, and it samples from this process's inference server. Two minutes covers the shipped
+# environments' evaluations on CPU many times over; the bound keeps an environment that died without
+# disconnecting from holding a finished run open.
+FINAL_EVAL_GRACE = 120.0
+# How often /health is asked while waiting; the wait ends within this after the environment disconnects.
+ENV_POLL_S = 0.2
 
 
 def _run_dir(config: RunConfig, config_path: Path) -> Path:
@@ -47,6 +65,36 @@ def _metrics_logger(config: RunConfig, run_dir: Path) -> MetricsLogger:
     return MetricsLogger(run_dir / TRAINER_METRICS_FILE, wandb=wandb)
 
 
+def restore(backend: TrainingBackend, config: RunConfig) -> int:
+    """Load ``infra.resume_checkpoint`` into ``backend`` when set; returns the step training continues after."""
+    from hermes_nb.trainer.checkpoints import load_checkpoint
+
+    infra = config.infra
+    if not infra.resume_checkpoint:
+        return 0
+    step = load_checkpoint(backend, Path(infra.resume_checkpoint))
+    if step != infra.start_step:
+        raise TransferError(
+            f"infra.start_step: {infra.start_step} but {infra.resume_checkpoint} was saved at step {step}; "
+            "start the resumed run again from its run id"
+        )
+    logger.info("resumed from %s at step %d (weights, optimizer and RNG state)", infra.resume_checkpoint, step)
+    return step
+
+
+def wait_for_final_evaluation(api: TrajectoryApi, stop: threading.Event, grace: float = FINAL_EVAL_GRACE) -> None:
+    """Return once no environment is registered, the API cannot tell, ``stop`` is set, or ``grace`` runs out."""
+    deadline = time.monotonic() + grace
+    while not stop.is_set():
+        envs = api.connected_envs()
+        if not envs:
+            return
+        if time.monotonic() >= deadline:
+            logger.warning("environment still registered %.0f s after the final step; exiting anyway", grace)
+            return
+        stop.wait(ENV_POLL_S)
+
+
 def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
     """Everything the process does, in order; each step waits on readiness, never on a fixed sleep."""
     import torch
@@ -56,6 +104,7 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
     from hermes_nb.trainer.api_client import TrajectoryApi
     from hermes_nb.trainer.backend import make_backend
     from hermes_nb.trainer.loop import LoopSettings, registration_for, run_training
+    from hermes_nb.trainer.replay import with_replay
     from hermes_nb.trainer.types import SamplerHandle
 
     trainer = config.trainer
@@ -72,8 +121,9 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
     def publish(handle: SamplerHandle, step: int) -> None:
         engine.publish(Policy(model=handle.policy, tokenizer=backend.tokenizer, version=step, name=backend.model_name))
 
-    publish(backend.save_weights_for_sampler("initial"), 0)
-    logger.info("model %s loaded; policy version 0 is served", backend.model_name)
+    start_step = restore(backend, config)
+    publish(backend.save_weights_for_sampler("initial"), start_step)
+    logger.info("model %s loaded; policy version %d is served", backend.model_name, start_step)
     settings = LoopSettings.from_config(config, run_dir)
     if not config.infra.api_url:
         raise HermesNBError(
@@ -82,10 +132,17 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
     api = TrajectoryApi(config.infra.api_url)
     metrics = _metrics_logger(config, run_dir)
     try:
-        if not api.register(registration_for(settings, config, 0), stop):
-            return LoopOutcome("stopped", 0)
+        source = with_replay(api, config, start_step)
+        if not api.register(registration_for(settings, config, start_step), stop):
+            return LoopOutcome("stopped", start_step)
         logger.info("registered with the trajectory API at %s", config.infra.api_url)
-        return run_training(backend, api, settings, config, stop=stop, metrics=metrics, publish=publish)
+        outcome = run_training(
+            backend, source, settings, config, stop=stop, metrics=metrics, publish=publish, start_step=start_step
+        )
+        if outcome.reason == "completed":
+            logger.info("final checkpoint saved; serving the policy while the environment evaluates")
+            wait_for_final_evaluation(api, stop)
+        return outcome
     finally:
         metrics.close()
         api.close()

@@ -74,6 +74,8 @@ class JupyterLabServer:
             "nbformat_minor": 5,
         }
         self.api("PUT", f"/api/contents/{name}", {"type": "notebook", "format": "json", "content": content})
+        # A session made here is one the page joins; without it JupyterLab may ask "Select Kernel" in a dialog.
+        self.api("POST", "/api/sessions", {"path": name, "type": "notebook", "name": name, "kernel": {"name": "python3"}})
 
     def stop(self) -> list[str]:
         """Shut every kernel and the server down; return what had to be killed or is still alive (empty: clean)."""

@@ -106,11 +106,18 @@ class NotebookPage:
         self.page.keyboard.press("Shift+Enter")
 
         def finished() -> int | None:
+            self.fail_on_dialog()
             shown = self.prompt(index)
             match = PROMPT_DONE.match(shown)
             return int(match.group(1)) if match and shown != before else None
 
         return wait_until(finished, timeout_s, f"cell {index} to finish running", self.page)
+
+    def fail_on_dialog(self) -> None:
+        """A modal dialog blocks every click and key; say what it asks instead of timing out behind it."""
+        dialog = self.page.locator(".jp-Dialog")
+        if dialog.count() and dialog.first.is_visible():
+            raise AssertionError(f"JupyterLab shows a dialog: {dialog.first.inner_text()!r}")
 
     def output_text(self, index: int) -> str:
         return "\n".join(self.cell(index).locator(".jp-OutputArea-output").all_inner_texts())

@@ -17,6 +17,7 @@ EXPECTED = {
     "HermesNBError",
     "ScoredDataGroup",
     "__version__",
+    "dashboard",
     "load_ipython_extension",
     "rl_check_status",
     "rl_edit_config",
@@ -31,6 +32,7 @@ EXPECTED = {
     "rl_stop_training",
     "rl_tail_logs",
     "run_sync",
+    "save_metrics_plot",
 }
 LIFECYCLE = (
     "rl_start_training",
@@ -59,6 +61,13 @@ def test_public_names_are_the_real_objects() -> None:
     assert hermes_nb.BaseEnv is env.BaseEnv
     assert hermes_nb.HermesNBError is errors.HermesNBError
     assert hermes_nb.run_sync is syncio.run_sync
+
+
+def test_notebook_layer_names_are_the_real_objects() -> None:
+    from hermes_nb import notebook, plotting
+
+    assert hermes_nb.dashboard is notebook.dashboard
+    assert hermes_nb.save_metrics_plot is plotting.save_metrics_plot
 
 
 def test_lifecycle_functions_are_the_runs_api_reexported() -> None:

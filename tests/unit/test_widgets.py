@@ -237,6 +237,15 @@ def test_start_without_an_environment_says_so() -> None:
     assert "select an environment first" in monitor.message.value
 
 
+@pytest.mark.parametrize("make", [EnvironmentPicker, ConfigForm, RunMonitor])
+def test_a_widget_as_a_cells_value_shows_as_its_widget(make: Any) -> None:
+    part = make()
+
+    bundle = part._repr_mimebundle_()
+
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == part.widget.model_id
+
+
 def test_format_eta() -> None:
     assert format_eta(None) == "ETA –"
     assert format_eta(75) == "ETA 1m15s"

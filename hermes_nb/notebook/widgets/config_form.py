@@ -56,6 +56,10 @@ class ConfigForm:
         self.reset_button.on_click(lambda _: self.reset())
         self.reload()
 
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        """A cell whose value is this object shows its widget (IPython asks for this bundle)."""
+        return self.widget._repr_mimebundle_(**kwargs)
+
     def reload(self) -> None:
         from hermes_nb.api import rl_get_current_config
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
+from typing import Any
 
 import ipywidgets as widgets
 
@@ -63,6 +64,10 @@ class RunMonitor:
         self.log_process.observe(lambda _: self._update_log(), names="value")
         if self.refresh():
             self._refresher.start()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        """A cell whose value is this object shows its widget (IPython asks for this bundle)."""
+        return self.widget._repr_mimebundle_(**kwargs)
 
     @property
     def refreshing(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
+from typing import Any
 
 import ipywidgets as widgets
 
@@ -37,6 +38,10 @@ class EnvironmentPicker:
         self.filter.observe(self._on_filter, names="value")
         self.list.observe(self._on_choice, names="value")
         self.reload()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        """A cell whose value is this object shows its widget (IPython asks for this bundle)."""
+        return self.widget._repr_mimebundle_(**kwargs)
 
     @property
     def shown(self) -> list[str]:
