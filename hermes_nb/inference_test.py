@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 from pydantic import BaseModel, Field, ValidationError
 
 from hermes_nb import home
@@ -213,7 +212,9 @@ class _Files:
 
 
 def _files(plan: _Plan, index: int, target: ModelTarget) -> _Files:
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", target.reference).strip("_")[-60:] or "model"
+    # A directory is named by its last part; a run id or an endpoint by the whole reference.
+    name = Path(target.reference).name if target.kind == "local" and "/" in target.reference else target.reference
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")[-60:] or "model"
     stem = plan.output_dir / f"{index:02d}-{slug}"
     return _Files(Path(f"{stem}.jsonl"), Path(f"{stem}.env.log"), Path(f"{stem}.server.log"))
 
@@ -305,7 +306,7 @@ async def _test_one(plan: _Plan, index: int, target: ModelTarget) -> ModelTestRe
     except ServerStartError as exc:
         outcome = _failed("server_failed", str(exc))
     except TimeoutError:
-        outcome = _counted(files, plan.num_steps, "timed_out", f"no result within timeout_s={plan.timeout_s:.0f} s")
+        outcome = _counted(files, plan.num_steps, "timed_out", f"no result within timeout_s={plan.timeout_s:g} s")
     except Exception as exc:  # a per-model boundary: one model's surprise must not lose the others' results
         logger.exception("inference test of %s failed", target.reference)
         outcome = _failed("env_failed", f"{type(exc).__name__}: {exc}")
@@ -344,6 +345,8 @@ async def _test_endpoint(plan: _Plan, target: ModelTarget, files: _Files) -> dic
 
 async def _probe(url: str) -> str | None:
     """None when ``url`` accepts connections (any HTTP answer will do), else why not."""
+    import httpx
+
     try:
         async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
             await client.get(url.rstrip("/") + "/models")

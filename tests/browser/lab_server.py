@@ -31,8 +31,12 @@ POLL_INTERVAL_S = 0.2
 STOP_TIMEOUT_S = 20.0
 LOG_TAIL_CHARS = 3000
 
-# Front-end settings: no "get news?" prompt, no fetched news, no update check.
-NOTIFICATION_SETTINGS = {"fetchNews": "false", "checkForUpdates": False}
+# Front-end settings, by plugin: no "get news?" prompt, no fetched news, no update check; and a notebook starts
+# its kernelspec's kernel by itself (otherwise JupyterLab sometimes asks "Select Kernel" in a modal dialog).
+LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker": {"autoStartDefaultKernel": True},
+}
 
 
 @dataclass
@@ -74,8 +78,6 @@ class JupyterLabServer:
             "nbformat_minor": 5,
         }
         self.api("PUT", f"/api/contents/{name}", {"type": "notebook", "format": "json", "content": content})
-        # A session made here is one the page joins; without it JupyterLab may ask "Select Kernel" in a dialog.
-        self.api("POST", "/api/sessions", {"path": name, "type": "notebook", "name": name, "kernel": {"name": "python3"}})
 
     def stop(self) -> list[str]:
         """Shut every kernel and the server down; return what had to be killed or is still alive (empty: clean)."""
@@ -151,9 +153,10 @@ def _jupyter_dirs(base: Path) -> dict[str, str]:
     }
     for path in dirs.values():
         path.mkdir(parents=True, exist_ok=True)
-    settings = dirs["JUPYTERLAB_SETTINGS_DIR"] / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(json.dumps(NOTIFICATION_SETTINGS))
+    for plugin, values in LAB_SETTINGS.items():
+        path = dirs["JUPYTERLAB_SETTINGS_DIR"] / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
     return {name: str(path) for name, path in dirs.items()}
 
 

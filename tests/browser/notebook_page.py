@@ -25,7 +25,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-VIEWPORT = {"width": 1400, "height": 1000}
+VIEWPORT = {"width": 1280, "height": 1200}  # tall enough for the run monitor and the plot together
 # How often a wait re-reads the page: fast enough that a wait costs little more than the thing it waits for.
 POLL_MS = 100
 PROMPT_DONE = re.compile(r"^\[(\d+)\]:$")
@@ -69,11 +69,16 @@ class Screenshots:
     folder: Path
     taken: list[Path] = field(default_factory=list)
 
-    def take(self, page: Any, name: str, selector: str | None = None) -> Path:
-        """A screenshot of the page (or of the element ``selector``), numbered in the order taken."""
+    def take(self, page: Any, name: str, focus: str | None = None) -> Path:
+        """A screenshot of the page, numbered in the order taken; ``focus`` is scrolled to the top first.
+
+        The page, not the element: JupyterLab scrolls the notebook inside its own panel, so an element
+        screenshot of a widget taller than that panel comes out mostly blank.
+        """
         path = self.folder / f"{len(self.taken) + 1:02d}-{name}.png"
-        target = page.locator(selector).first if selector else page
-        target.screenshot(path=str(path))
+        if focus is not None:
+            page.locator(focus).first.evaluate("(el) => el.scrollIntoView({block: 'start'})")
+        page.screenshot(path=str(path))
         self.taken.append(path)
         return path
 
@@ -81,7 +86,10 @@ class Screenshots:
 def report(config: Any, line: str) -> None:
     """A line on pytest's terminal even without ``-s`` (the screenshot folder, for one)."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None:
+        return
+    with capture.global_and_fixture_disabled():
         reporter.write_line(line)
 
 
@@ -90,8 +98,10 @@ class NotebookPage:
         self.page = page
 
     def open(self, url: str, cells: int, timeout_s: float) -> None:
+        """Open the notebook, then fold the file browser away so the notebook has the width."""
         self.page.goto(url)
         self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(cells - 1).wait_for(timeout=timeout_s * 1000)
+        self.page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()
 
     def cell(self, index: int) -> Any:
         return self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(index)

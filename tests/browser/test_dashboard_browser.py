@@ -48,6 +48,7 @@ FORM_STATUS = ".hermes-nb-form-status"
 RUN_STATUS = ".hermes-nb-status"
 PLOT = "img.hermes-nb-plot"
 DASHBOARD_VIEW = ".hermes-nb-dashboard"
+MONITOR = ".hermes-nb-run-monitor"
 
 # Limits of single waits, well inside the 300 s of the whole test. A kernel's first start and the import of the
 # notebook stack take the longest; a training step on the shared CPU cores takes a few seconds.
@@ -82,7 +83,7 @@ def _story(jupyterlab: JupyterLabServer, page: Any, notebook: NotebookPage, scre
     assert "Error" not in notebook.output_text(LOAD), notebook.output_text(LOAD)
     notebook.run_cell(DASHBOARD, CELL_S)
     page.locator(DASHBOARD_VIEW).wait_for()
-    screenshots.take(page, "dashboard-shown")
+    screenshots.take(page, "dashboard-shown", DASHBOARD_VIEW)
 
     _picker_lists_the_shipped_environments(page, screenshots)
     _choosing_fills_the_form_and_locked_fields_are_disabled(page, notebook, screenshots)
@@ -114,7 +115,7 @@ def _picker_lists_the_shipped_environments(page: Any, screenshots: Screenshots) 
     labels = options.all_inner_texts()
     for name in SHIPPED_ENVIRONMENTS:
         assert any(label.startswith(name) for label in labels), f"{name} not in the picker: {labels}"
-    screenshots.take(page, "picker")
+    screenshots.take(page, "picker", DASHBOARD_VIEW)
 
 
 def _choosing_fills_the_form_and_locked_fields_are_disabled(
@@ -134,7 +135,7 @@ def _choosing_fills_the_form_and_locked_fields_are_disabled(
     assert locked.count() > 0, "no locked field shown"
     assert all(locked.nth(i).is_disabled() for i in range(locked.count()))
     assert page.locator(".hermes-nb-field-environment input").input_value() == "arithmetic"
-    screenshots.take(page, "arithmetic-chosen")
+    screenshots.take(page, "arithmetic-chosen", DASHBOARD_VIEW)
 
 
 def _invalid_value_shows_inline_error_and_apply_changes_nothing(
@@ -151,7 +152,7 @@ def _invalid_value_shows_inline_error_and_apply_changes_nothing(
     assert not page.locator(TOTAL_STEPS_ERROR).inner_text().strip()
     assert "Nothing applied" in page.locator(FORM_STATUS).inner_text()
     assert page.locator(GROUP_SIZE).input_value() == "1", "the refused value should stay for the user to fix"
-    screenshots.take(page, "invalid-value", DASHBOARD_VIEW)
+    screenshots.take(page, "invalid-value", ".hermes-nb-field-env-group_size")
     assert _shown_config(notebook) == before
 
 
@@ -162,7 +163,7 @@ def _valid_edits_apply_together(page: Any, notebook: NotebookPage, screenshots: 
     wait_until(lambda: "Nothing applied" not in status.inner_text(), WIDGET_S, "the form to apply", page)
     assert not page.locator(GROUP_SIZE_ERROR).inner_text().strip()
     assert _shown_config(notebook) == {"env.group_size": 4, "env.total_steps": 200}
-    screenshots.take(page, "applied", DASHBOARD_VIEW)
+    screenshots.take(page, "applied", ".hermes-nb-field-env-group_size")
 
 
 def _start_shows_progress_and_the_plot_changes_after_the_cell_finished(
@@ -186,7 +187,7 @@ def _start_shows_progress_and_the_plot_changes_after_the_cell_finished(
         frames.append(digest)
         # the dashboard cell finished long ago; this update reached the page from the kernel's refresh thread
         assert notebook.prompt(DASHBOARD) == dashboard_prompt
-        best = screenshots.take(page, f"plot-frame-{len(frames)}", DASHBOARD_VIEW)
+        best = screenshots.take(page, f"plot-frame-{len(frames)}", MONITOR)
     assert "running" in status.inner_text(), status.inner_text()
     progress = page.locator(".hermes-nb-progress").inner_text()
     assert progress.split("/")[-1].strip() == "200" and int(progress.split("/")[0]) >= 1, progress
@@ -200,7 +201,7 @@ def _stop_ends_with_stopped(page: Any, screenshots: Screenshots) -> None:
     wait_until(lambda: "stopped" in status.inner_text(), STOP_S, "status stopped", page)
     assert page.locator(".hermes-nb-status-stopped").count() == 1
     assert page.locator("button.hermes-nb-start").is_enabled()
-    screenshots.take(page, "stopped", DASHBOARD_VIEW)
+    screenshots.take(page, "stopped", MONITOR)
 
 
 def _type(page: Any, selector: str, text: str) -> None:

@@ -44,8 +44,22 @@ class BrokenEnv(BaseEnv):
 '''
 
 
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _children() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if p.is_running() and p.status() != "zombie"]
+    return [p for p in psutil.Process().children(recursive=True) if _alive(p)]
+
+
+def _command(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.NoSuchProcess:
+        return ""
 
 
 def _closed_endpoint() -> str:
@@ -119,7 +133,8 @@ def test_broken_environment_is_reported_per_model_and_does_not_work(
     broken_env: None, fake_endpoint: tuple[str, object]
 ) -> None:
     url, _state = fake_endpoint
-    result = asyncio.run(rl_test_inference(num_steps=2, group_size=4, models=[url, "embedded"]))
+    # Two models on one fake endpoint (a local server would add half a minute and nothing this test needs).
+    result = asyncio.run(rl_test_inference(num_steps=2, group_size=4, models=[url + "#a", url + "#b"]))
     assert [r.status for r in result.results] == ["no_groups", "no_groups"]
     for model in result.results:
         assert model.steps == 0 and model.step_success_rate == 0.0
@@ -131,23 +146,32 @@ def test_broken_environment_is_reported_per_model_and_does_not_work(
 
 
 def test_cancelling_mid_test_stops_the_server_and_the_environment(tiny_env: None) -> None:
-    async def cancel_once_the_environment_runs() -> list[psutil.Process]:
+    async def cancel_once_the_environment_runs() -> dict[psutil.Process, str]:
         # Default models: the base model. Many steps, so that it is still running when cancelled.
         task = asyncio.create_task(rl_test_inference(num_steps=500, group_size=4))
         deadline = time.monotonic() + 120
-        running: list[psutil.Process] = []
-        while time.monotonic() < deadline and not any("hermes_nb.env" in p.cmdline() for p in running):
+        running: dict[psutil.Process, str] = {}
+        while time.monotonic() < deadline and not any("hermes_nb.env" in c for c in running.values()):
             await asyncio.sleep(0.1)
-            running = _children()
+            running = {p: _command(p) for p in _children()}
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         return running
 
     running = asyncio.run(cancel_once_the_environment_runs())
-    commands = [" ".join(p.cmdline()) for p in running]
+    commands = list(running.values())
     assert any("hermes_nb.inference" in c for c in commands) and any("hermes_nb.env" in c for c in commands)
-    assert not any(p.is_running() and p.status() != "zombie" for p in running)
+    assert not any(_alive(p) for p in running)
+    assert _children() == []
+
+
+def test_a_model_over_its_timeout_is_reported_as_timed_out_and_its_server_stopped(tiny_env: None) -> None:
+    # A server cannot even import torch in half a second: the timeout hits while it is starting.
+    result = asyncio.run(rl_test_inference(num_steps=1, group_size=2, timeout_s=0.5))
+    [model] = result.results
+    assert (model.status, model.steps) == ("timed_out", 0)
+    assert "timeout_s=0.5" in (model.error or "")
     assert _children() == []
 
 

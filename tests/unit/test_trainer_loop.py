@@ -23,9 +23,11 @@ from hermes_nb.metrics.logger import MetricsLogger
 from hermes_nb.net import free_port
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.trajectory import ScoredDataGroup
+from hermes_nb.trainer.api_client import TrajectoryApi
 from hermes_nb.trainer.checkpoints import read_checkpoints, read_trajectories
 from hermes_nb.trainer.local_backend import LocalBackend
 from hermes_nb.trainer.loop import LoopSettings, run_training, train_step
+from hermes_nb.trainer.main import wait_for_final_evaluation
 
 torch.set_num_threads(1)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -189,14 +191,72 @@ def _post_sampled_groups(api_url: str, inference_url: str, count: int) -> None:
         httpx.post(f"{api_url}/scored_data", json=group, timeout=10).raise_for_status()
 
 
+def _register_env(api_url: str) -> int:
+    body = {"max_token_length": 32, "desired_name": "fake", "group_size": 4}
+    answer = httpx.post(f"{api_url}/register-env", json=body, timeout=10).json()
+    assert answer["status"] == "success", answer
+    return int(answer["env_id"])
+
+
+def _register_trainer(api_url: str) -> None:
+    body = {"batch_size": 8, "max_token_len": 32, "num_steps": 3, "wandb_group": "", "wandb_project": "p"}
+    httpx.post(f"{api_url}/register", json=body, timeout=10).raise_for_status()
+
+
+def _waiter(api_url: str, stop: threading.Event, grace: float = 30.0) -> threading.Thread:
+    api = TrajectoryApi(api_url)
+    thread = threading.Thread(target=lambda: (wait_for_final_evaluation(api, stop, grace), api.close()))
+    thread.start()
+    return thread
+
+
+def test_final_wait_lasts_while_an_environment_is_registered(api_url: str) -> None:
+    _register_trainer(api_url)
+    env_id = _register_env(api_url)
+    waiter = _waiter(api_url, threading.Event())
+    waiter.join(1.0)
+    assert waiter.is_alive()
+    httpx.post(f"{api_url}/disconnect-env", json={"env_id": env_id}, timeout=10).raise_for_status()
+    waiter.join(2.0)
+    assert not waiter.is_alive()
+
+
+def test_final_wait_ends_at_once_on_stop_and_after_the_grace(api_url: str) -> None:
+    _register_trainer(api_url)
+    _register_env(api_url)
+    stop = threading.Event()
+    waiter = _waiter(api_url, stop)
+    waiter.join(0.5)
+    assert waiter.is_alive()
+    stop.set()
+    waiter.join(1.0)
+    assert not waiter.is_alive()
+    started = time.monotonic()
+    _waiter(api_url, threading.Event(), grace=0.5).join(5.0)
+    assert time.monotonic() - started < 2.0
+
+
+def test_final_wait_skips_without_environments_or_without_an_api(api_url: str) -> None:
+    for url in (api_url, f"http://127.0.0.1:{free_port()}"):
+        started = time.monotonic()
+        _waiter(url, threading.Event()).join(5.0)
+        assert time.monotonic() - started < 2.0, url
+
+
 @pytest.mark.slow  # two real processes; ~10 s idle, ~35 s on a loaded 2-core machine
 def test_trainer_process_trains_against_the_api_and_exits_0(model_dir: Path, tmp_path: Path, api_url: str) -> None:
     proc, inference_url = _start_trainer(tmp_path, model_dir, api_url, total_steps=3)
     try:
         _wait(lambda: _ok(f"{inference_url}/health"), 60, "the trainer's inference server")
         _wait(lambda: httpx.get(f"{api_url}/health").json().get("trainer_registered"), 30, "registration")
+        env_id = _register_env(api_url)
         _post_sampled_groups(api_url, inference_url, count=6)  # 3 batches of 2 groups x 4
-        assert proc.wait(60) == 0, (tmp_path / "trainer.log").read_text()
+        _wait(lambda: [c.kind for c in read_checkpoints(tmp_path)][-1:] == ["final"], 60, "the final checkpoint")
+        # The environment's final evaluation samples from this server: it stays up while the env is registered.
+        time.sleep(1.0)
+        assert proc.poll() is None and _ok(f"{inference_url}/health")
+        httpx.post(f"{api_url}/disconnect-env", json={"env_id": env_id}, timeout=10).raise_for_status()
+        assert proc.wait(10) == 0, (tmp_path / "trainer.log").read_text()
     finally:
         proc.kill()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
