@@ -51,24 +51,29 @@ class InferenceTestError(HermesNBError):
     """Arguments of ``rl_test_inference`` that cannot work (nothing was started)."""
 
 
-class ModelTestResult(BaseModel):
-    """What one model did on the environment."""
+class Outcome(BaseModel):
+    """How one model's test ended, and what it counted before that."""
 
-    model: str  # the reference as given
-    kind: Literal["local", "endpoint"]
-    location: str  # model directory or endpoint URL (never a key)
     status: Status
-    steps_requested: int
+    error: str | None = None
     steps: int = 0  # scored groups written
     completions: int = 0
     correct: int = 0
     accuracy: float = 0.0
     step_success_rate: float = 0.0  # steps / steps_requested
+
+
+class ModelTestResult(Outcome):
+    """What one model did on the environment."""
+
+    model: str  # the reference as given
+    kind: Literal["local", "endpoint"]
+    location: str  # model directory or endpoint URL (never a key)
+    steps_requested: int
     seconds: float = 0.0
     output_file: str | None = None
     log_file: str | None = None  # the environment's log
     server_log: str | None = None  # the temporary inference server's log (local models)
-    error: str | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -295,7 +300,7 @@ async def _test_one(plan: _Plan, index: int, target: ModelTarget) -> ModelTestRe
 
     files = _files(plan, index, target)
     started = time.monotonic()
-    base = _base_result(plan, target, files)
+    outcome: Outcome
     try:
         async with asyncio.timeout(plan.timeout_s):
             if target.kind == "endpoint":
@@ -304,42 +309,35 @@ async def _test_one(plan: _Plan, index: int, target: ModelTarget) -> ModelTestRe
                 async with serve_model(Path(target.location), files.server_log, threads=plan.threads) as url:
                     outcome = await _run_environment(plan, target, url, files)
     except ServerStartError as exc:
-        outcome = _failed("server_failed", str(exc))
+        outcome = Outcome(status="server_failed", error=str(exc))
     except TimeoutError:
         outcome = _counted(files, plan.num_steps, "timed_out", f"no result within timeout_s={plan.timeout_s:g} s")
     except Exception as exc:  # a per-model boundary: one model's surprise must not lose the others' results
         logger.exception("inference test of %s failed", target.reference)
-        outcome = _failed("env_failed", f"{type(exc).__name__}: {exc}")
-    return base.model_copy(update={**outcome, "seconds": round(time.monotonic() - started, 2)})
-
-
-def _base_result(plan: _Plan, target: ModelTarget, files: _Files) -> ModelTestResult:
+        outcome = Outcome(status="env_failed", error=f"{type(exc).__name__}: {exc}")
     return ModelTestResult(
+        **outcome.model_dump(),
         model=target.reference,
         kind=target.kind,
         location=target.location,
-        status="env_failed",
         steps_requested=plan.num_steps,
+        seconds=round(time.monotonic() - started, 2),
         output_file=str(files.output),
         log_file=str(files.env_log),
         server_log=str(files.server_log) if target.kind == "local" else None,
     )
 
 
-def _failed(status: Status, error: str) -> dict[str, Any]:
-    return {"status": status, "error": error}
-
-
-async def _test_endpoint(plan: _Plan, target: ModelTarget, files: _Files) -> dict[str, Any]:
+async def _test_endpoint(plan: _Plan, target: ModelTarget, files: _Files) -> Outcome:
     if target.api_key_env and not os.environ.get(target.api_key_env):
-        return _failed(
-            "endpoint_failed",
+        error = (
             f"{target.api_key_env} is not set: the endpoint {target.location} needs a key "
-            f"(set it in the environment or in {home.home_dir() / '.env'})",
+            f"(set it in the environment or in {home.home_dir() / '.env'})"
         )
+        return Outcome(status="endpoint_failed", error=error)
     problem = await _probe(target.location)
     if problem:
-        return _failed("endpoint_failed", problem)
+        return Outcome(status="endpoint_failed", error=problem)
     return await _run_environment(plan, target, target.location, files)
 
 
@@ -365,7 +363,7 @@ def _env_argv(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> list
     return argv
 
 
-async def _run_environment(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> dict[str, Any]:
+async def _run_environment(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> Outcome:
     from hermes_nb.inference.local import POLL_S, child_environment, failure_message, spawn_group, stop_process_group
 
     proc = spawn_group(_env_argv(plan, target, url, files), files.env_log, child_environment())
@@ -379,7 +377,7 @@ async def _run_environment(plan: _Plan, target: ModelTarget, url: str, files: _F
     return _counted(files, plan.num_steps, "ok", None)
 
 
-def _counted(files: _Files, requested: int, status: Status, error: str | None) -> dict[str, Any]:
+def _counted(files: _Files, requested: int, status: Status, error: str | None) -> Outcome:
     """Counts from the groups the environment wrote (also after a failure: what it did manage counts)."""
     steps, completions, correct = _read_groups(files.output)
     if status == "ok" and steps == 0:
@@ -387,15 +385,15 @@ def _counted(files: _Files, requested: int, status: Status, error: str | None) -
         last = _last_exception(files.env_log)
         cause = f" (last error: {last})" if last else ""
         error = f"the environment wrote no scored group in {requested} step(s){cause}; see {files.env_log}"
-    return {
-        "status": status,
-        "error": error,
-        "steps": steps,
-        "completions": completions,
-        "correct": correct,
-        "accuracy": round(correct / completions, 4) if completions else 0.0,
-        "step_success_rate": round(min(steps, requested) / requested, 4),
-    }
+    return Outcome(
+        status=status,
+        error=error,
+        steps=steps,
+        completions=completions,
+        correct=correct,
+        accuracy=round(correct / completions, 4) if completions else 0.0,
+        step_success_rate=round(min(steps, requested) / requested, 4),
+    )
 
 
 # The closing line of a Python traceback: "RuntimeError: message", "pkg.mod.SomeError: ...", "KeyError".
@@ -432,5 +430,6 @@ __all__ = [
     "InferenceTestError",
     "InferenceTestResult",
     "ModelTestResult",
+    "Outcome",
     "rl_test_inference",
 ]

@@ -2,7 +2,7 @@
 
 A standalone inference server for a fixed model directory (a base model, a checkpoint): what
 ``rl_test_inference`` starts per local model. The socket listens first and ``/health`` answers 503 until the
-model is loaded, so a caller waits on health, never on a sleep. SIGTERM or SIGINT stop it cleanly.
+model is loaded, so a caller waits on health, never on a sleep. SIGTERM or SIGINT stop it (cleanly once it serves).
 """
 
 from __future__ import annotations
@@ -74,6 +74,9 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> int:
     logger.info("listening on %s:%d; loading %s", args.host, args.port, args.model)
     try:
         engine.publish(_load_policy(args.model, args.name or args.model.name))
+        # Until now SIGTERM keeps its default (end at once): a server stopped while loading has nothing to save.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
         logger.info("model loaded; serving")
         stop.wait()
     finally:
@@ -88,10 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return USAGE_ERROR
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    return serve(args, stop)
+    return serve(args, threading.Event())
 
 
 if __name__ == "__main__":

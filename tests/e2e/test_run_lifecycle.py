@@ -12,9 +12,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from run_helpers import alive, run, run_pids, wait_for_status
 
 from hermes_nb.api import rl_get_results, rl_list_runs, rl_start_training, rl_stop_training
-from tests.e2e.conftest import alive, run, run_pids, wait_for_status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("quick_env")]
 
@@ -77,8 +77,7 @@ def test_kill_9_of_a_process_fails_the_run_within_2_s_naming_it(victim: str) -> 
 
 def test_a_run_started_in_one_process_is_watched_and_stopped_from_another() -> None:
     code = (
-        "import asyncio, hermes_nb.api as api;"
-        "r = asyncio.run(api.rl_start_training(total_steps=500)); print(r.run_id)"
+        "import asyncio, hermes_nb.api as api;r = asyncio.run(api.rl_start_training(total_steps=500)); print(r.run_id)"
     )
     starter = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     run_id = starter.stdout.strip().splitlines()[-1]

@@ -1,0 +1,46 @@
+"""Helpers for tests of real runs: wait on a status, find a run's processes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from hermes_nb import home
+from hermes_nb.api import rl_check_status
+from hermes_nb.runs.reports import RunStatus
+from hermes_nb.runs.state import read_run_state
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+QUICK_TEST_CONFIG = REPO_ROOT / "configs" / "quick_test.yaml"
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def wait_for_status(run_id: str, done: Callable[[RunStatus], bool], timeout: float) -> RunStatus:
+    deadline = time.monotonic() + timeout
+    status = run(rl_check_status(run_id))
+    while not done(status):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s; last status:\n{status}")
+        time.sleep(0.2)
+        status = run(rl_check_status(run_id))
+    return status
+
+
+def run_pids(run_id: str) -> dict[str, int]:
+    state = read_run_state(home.run_dir(run_id))
+    return {name: record.pid for name, record in state.processes.items()}
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
