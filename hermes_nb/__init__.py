@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     "rl_list_runs": "hermes_nb.api",
     "rl_get_results": "hermes_nb.api",
     "rl_tail_logs": "hermes_nb.api",
+    "rl_test_inference": "hermes_nb.api",
     "HermesNBError": "hermes_nb.errors",
     "BaseEnv": "hermes_nb.env",
     "BaseEnvConfig": "hermes_nb.env",
@@ -58,6 +59,7 @@ __all__ = [
     "rl_start_training",
     "rl_stop_training",
     "rl_tail_logs",
+    "rl_test_inference",
     "run_sync",
     "save_metrics_plot",
 ]
@@ -76,6 +78,7 @@ if TYPE_CHECKING:
         rl_start_training,
         rl_stop_training,
         rl_tail_logs,
+        rl_test_inference,
     )
     from hermes_nb.env import BaseEnv, BaseEnvConfig, ScoredDataGroup
     from hermes_nb.errors import HermesNBError

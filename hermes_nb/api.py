@@ -197,6 +197,7 @@ def _edits_from_file(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 # The run lifecycle lives in hermes_nb.runs (which imports editing and session, never this module); importing it
 # last keeps the dependency one-way even if hermes_nb.runs.api is imported first.
+from hermes_nb.inference_test import rl_test_inference  # noqa: E402
 from hermes_nb.runs.api import (  # noqa: E402
     rl_check_status,
     rl_get_results,
@@ -222,4 +223,5 @@ __all__ = [
     "rl_start_training",
     "rl_stop_training",
     "rl_tail_logs",
+    "rl_test_inference",
 ]

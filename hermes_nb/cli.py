@@ -170,6 +170,19 @@ def _results(args: argparse.Namespace) -> Coroutine[Any, Any, Any]:
     return api.rl_get_results(args.run)
 
 
+def _test(args: argparse.Namespace) -> Coroutine[Any, Any, Any]:
+    from hermes_nb import api
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    return api.rl_test_inference(num_steps=args.steps, group_size=args.group_size, models=models)
+
+
+def _test_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=int, default=3, help="groups per model (default: 3)")
+    parser.add_argument("--group-size", type=int, default=16, help="completions per group (default: 16)")
+    parser.add_argument("--models", default=None, help="comma-separated: embedded, run ids, model dirs, endpoints")
+
+
 def _run_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", nargs="?", default=None, help="run id (default: the newest run)")
 
@@ -209,6 +222,9 @@ COMMANDS: list[Command] = [
     Command("runs", "list every run, newest first", _runs),
     Command("logs", "the last lines of a run's log", _logs, _logs_arguments),
     Command("results", "final and best metrics of a run", _results, _run_argument),
+    Command(
+        "test", "test the selected environment against models (base model, runs, endpoints)", _test, _test_arguments
+    ),
 ]
 
 

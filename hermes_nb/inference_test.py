@@ -236,6 +236,8 @@ async def rl_test_inference(
 
     ``models``: run ids (final checkpoint), ``"<run id>@best"``, checkpoint or model directories, ``"embedded"``,
     or endpoints ``http(s)://host/v1[#model-name]``; default the run's base model. ``timeout_s`` bounds each model.
+    An endpoint's key is read from ``OPENROUTER_API_KEY`` (OpenRouter URLs) or from the variable that
+    ``HERMES_NB_TEST_API_KEY_ENV`` names; it reaches the environment process through its environment only.
     """
     from hermes_nb import api
 

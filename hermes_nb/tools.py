@@ -49,6 +49,7 @@ rl_stop_training = json_tool(api.rl_stop_training)
 rl_list_runs = json_tool(api.rl_list_runs)
 rl_get_results = json_tool(api.rl_get_results)
 rl_tail_logs = json_tool(api.rl_tail_logs)
+rl_test_inference = json_tool(api.rl_test_inference)
 
 
 def all_tools() -> dict[str, Callable[..., Coroutine[Any, Any, str]]]:

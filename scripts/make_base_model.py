@@ -212,6 +212,14 @@ def pretrain(model: Any, tokenizer: Any, tasks: list[Task], args: argparse.Names
     return {"steps": step, "seconds": round(time.perf_counter() - started, 1), "history": history}
 
 
+def portable_tokenizer_config(path: Path) -> None:
+    """Name the tokenizer class by its transformers 4.x name, which transformers 5 also loads (its own name,
+    ``TokenizersBackend``, is unknown to 4.x)."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -233,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
+    portable_tokenizer_config(args.out / "tokenizer_config.json")
     (args.out / "pretraining.json").write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps({k: v for k, v in record.items() if k != "history"}, indent=2))
     return 0

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from lab_server import JupyterLabServer, start_jupyterlab
 from notebook_page import Screenshots, launch_chromium, report
 
@@ -31,12 +30,11 @@ def jupyterlab(tmp_path: Path, hermes_home: Path) -> Iterator[JupyterLabServer]:
     """JupyterLab whose kernels share this test's HERMES_NB_HOME; every run, kernel and the server stop after."""
     env = dict(os.environ)  # HERMES_NB_HOME, WANDB_MODE=offline, no keys: set by tests/conftest.py
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # the kernel's debugger otherwise warns on every start
+    failure: str | None = None
     try:
         server = start_jupyterlab(tmp_path / "jupyter", env)
     except RuntimeError as exc:
         failure = f"JupyterLab could not start: {exc}"
-    else:
-        failure = None
     if failure is not None:
         pytest.fail(failure, pytrace=False)  # outside the except: the reason alone, not a chained traceback
     yield server
@@ -64,7 +62,7 @@ def screenshots(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scre
     folder.mkdir(parents=True, exist_ok=True)
     shots = Screenshots(folder)
     yield shots
-    report(request.config, f"\nbrowser screenshots ({len(shots.taken)}): {folder}")
+    report(request.config, f"\nbrowser screenshots ({len(shots.taken)}): {folder}\n{shots.timeline()}")
 
 
 @pytest.fixture
@@ -75,12 +73,11 @@ def page(tmp_path: Path) -> Iterator[Any]:
     except ImportError as exc:
         pytest.fail(f"the playwright package is missing ({exc}); install the 'browser' extra", pytrace=False)
     with sync_playwright() as playwright:
+        failure: str | None = None
         try:
             context = launch_chromium(playwright, tmp_path / "chromium-profile")
         except RuntimeError as exc:
             failure = str(exc)
-        else:
-            failure = None
         if failure is not None:
             pytest.fail(failure, pytrace=False)
         context.set_default_timeout(PAGE_TIMEOUT_MS)

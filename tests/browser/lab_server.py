@@ -195,4 +195,3 @@ def _kill(proc: psutil.Process) -> None:
         proc.kill()
     except psutil.NoSuchProcess:
         return
-

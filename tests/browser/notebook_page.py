@@ -68,6 +68,8 @@ def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, page:
 class Screenshots:
     folder: Path
     taken: list[Path] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)  # when each was taken, from the start of the test
+    started: float = field(default_factory=time.monotonic)
 
     def take(self, page: Any, name: str, focus: str | None = None) -> Path:
         """A screenshot of the page, numbered in the order taken; ``focus`` is scrolled to the top first.
@@ -80,7 +82,11 @@ class Screenshots:
             page.locator(focus).first.evaluate("(el) => el.scrollIntoView({block: 'start'})")
         page.screenshot(path=str(path))
         self.taken.append(path)
+        self.seconds.append(time.monotonic() - self.started)
         return path
+
+    def timeline(self) -> str:
+        return "\n".join(f"  {s:6.1f} s  {p.name}" for p, s in zip(self.taken, self.seconds, strict=True))
 
 
 def report(config: Any, line: str) -> None:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from lab_server import JupyterLabServer
 from notebook_page import NotebookPage, Screenshots, report, wait_until
 
@@ -57,6 +56,7 @@ CELL_S = 60.0
 WIDGET_S = 30.0
 PLOT_CHANGES_S = 150.0
 STOP_S = 90.0
+PLOT_FINISH_S = 15.0  # a few refresh intervals (1 s each)
 PLOT_FRAMES_WANTED = 3  # the first frame and two changes
 # The mid-run screenshot (docs/img/dashboard.png) waits for a few training steps, so the plot shows lines.
 PROGRESS_STEPS_WANTED = 3
@@ -180,7 +180,7 @@ def _start_shows_progress_and_the_plot_changes_after_the_cell_finished(
     deadline = time.monotonic() + PLOT_CHANGES_S
     while len(frames) < PLOT_FRAMES_WANTED:
         digest = wait_until(
-            lambda: (d := notebook.image_digest(PLOT)) and d not in frames and d,
+            lambda: _new_frame(notebook, frames),
             max(deadline - time.monotonic(), 1.0),
             f"plot frame {len(frames) + 1} (seen {len(frames)}; status: {status.inner_text()!r})",
             page,
@@ -200,6 +200,12 @@ def _start_shows_progress_and_the_plot_changes_after_the_cell_finished(
     return screenshots.take(page, "mid-run", MONITOR)
 
 
+def _new_frame(notebook: NotebookPage, frames: list[str]) -> str | None:
+    """The digest of the plot's image when it differs from every frame seen so far."""
+    digest = notebook.image_digest(PLOT)
+    return digest if digest is not None and digest not in frames else None
+
+
 def _progress_step(page: Any) -> int:
     """The step the progress bar's label shows ("12/200"); its total must be the configured one."""
     label = page.locator(".hermes-nb-progress").inner_text().strip()
@@ -214,6 +220,10 @@ def _stop_ends_with_stopped(page: Any, screenshots: Screenshots) -> None:
     wait_until(lambda: "stopped" in status.inner_text(), STOP_S, "status stopped", page)
     assert page.locator(".hermes-nb-status-stopped").count() == 1
     assert page.locator("button.hermes-nb-start").is_enabled()
+    assert page.locator("button.hermes-nb-stop").is_disabled()
+    # the plot's refresh thread notices the end by itself and leaves its final frame
+    caption = page.locator(".hermes-nb-plot-caption")
+    wait_until(lambda: "finished" in caption.inner_text(), PLOT_FINISH_S, "the plot caption to say finished", page)
     screenshots.take(page, "stopped", MONITOR)
 
 

@@ -31,6 +31,7 @@ EXPECTED = {
     "rl_start_training",
     "rl_stop_training",
     "rl_tail_logs",
+    "rl_test_inference",
     "run_sync",
     "save_metrics_plot",
 }
