@@ -67,8 +67,15 @@ class JupyterLabServer:
         """Write ``name`` through the REST contents API, one code cell per source, with the python3 kernel."""
         content = {
             "cells": [
-                {"cell_type": "code", "metadata": {}, "source": src, "outputs": [], "execution_count": None}
-                for src in cells
+                {
+                    "cell_type": "code",
+                    "id": f"cell-{i}",
+                    "metadata": {},
+                    "source": src,
+                    "outputs": [],
+                    "execution_count": None,
+                }
+                for i, src in enumerate(cells)
             ],
             "metadata": {
                 "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},

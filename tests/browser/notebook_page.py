@@ -109,6 +109,13 @@ class NotebookPage:
         self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(cells - 1).wait_for(timeout=timeout_s * 1000)
         self.page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()
 
+    def wait_for_kernel(self, timeout_s: float) -> None:
+        """Wait until the page's kernel is connected and idle: a cell run before that is silently dropped."""
+        # The status bar shows the session's kernelDisplayStatus, which reads "Idle" only once a kernel is
+        # attached and connected (the toolbar's execution indicator says idle before that).
+        status_bar = self.page.locator("#jp-main-statusbar")
+        wait_until(lambda: "| Idle" in status_bar.inner_text(), timeout_s, "an idle kernel", self.page)
+
     def cell(self, index: int) -> Any:
         return self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(index)
 

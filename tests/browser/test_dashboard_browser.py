@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -81,7 +82,8 @@ def test_dashboard_in_jupyterlab(
 def _story(jupyterlab: JupyterLabServer, page: Any, notebook: NotebookPage, screenshots: Screenshots) -> Path:
     jupyterlab.create_notebook(NOTEBOOK, CELLS)
     notebook.open(jupyterlab.lab_url(NOTEBOOK), cells=len(CELLS), timeout_s=WIDGET_S)
-    notebook.run_cell(LOAD, KERNEL_START_S)
+    notebook.wait_for_kernel(KERNEL_START_S)
+    notebook.run_cell(LOAD, CELL_S)
     assert "Error" not in notebook.output_text(LOAD), notebook.output_text(LOAD)
     notebook.run_cell(DASHBOARD, CELL_S)
     page.locator(DASHBOARD_VIEW).wait_for()
@@ -190,9 +192,9 @@ def _start_shows_progress_and_the_plot_changes_after_the_cell_finished(
         assert notebook.prompt(DASHBOARD) == dashboard_prompt
         screenshots.take(page, f"plot-frame-{len(frames)}", MONITOR)
     wait_until(
-        lambda: _progress_step(page) >= PROGRESS_STEPS_WANTED,
+        lambda: _progress_step(page) >= PROGRESS_STEPS_WANTED and _plot_step(page) >= PROGRESS_STEPS_WANTED,
         max(deadline - time.monotonic(), 1.0),
-        f"the progress bar to reach step {PROGRESS_STEPS_WANTED}",
+        f"the progress bar and the plot to reach step {PROGRESS_STEPS_WANTED}",
         page,
     )
     assert "running" in status.inner_text(), status.inner_text()
@@ -204,6 +206,12 @@ def _new_frame(notebook: NotebookPage, frames: list[str]) -> str | None:
     """The digest of the plot's image when it differs from every frame seen so far."""
     digest = notebook.image_digest(PLOT)
     return digest if digest is not None and digest not in frames else None
+
+
+def _plot_step(page: Any) -> int:
+    """The step the plot's caption names ("<run> · step 3 · live"); 0 while it has no metrics."""
+    match = re.search(r"step (\d+)", page.locator(".hermes-nb-plot-caption").inner_text())
+    return int(match.group(1)) if match else 0
 
 
 def _progress_step(page: Any) -> int:
