@@ -10,15 +10,16 @@ PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup main test lint typecheck unit e2e bench clean
+.PHONY: setup main test lint typecheck unit e2e browser bench clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/ensure_chromium.sh
+	sh scripts/ensure_chromium.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -e ".[train,notebook,dev]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[train,notebook,dev,browser]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 main: setup
@@ -36,6 +37,9 @@ unit: setup
 
 e2e: setup
 	$(VENV)/bin/pytest -q tests/e2e
+
+browser: setup
+	$(VENV)/bin/pytest -q tests/browser
 
 test: lint typecheck
 	$(VENV)/bin/pytest -q
