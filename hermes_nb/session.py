@@ -69,6 +69,12 @@ def save(state: SessionState) -> None:
 _MISSING: _FileId = (-1, -1, -1)
 
 
+def file_id() -> _FileId:
+    """The session file's identity now: it changes on every save, from this process or another (a widget polls
+    it to notice edits made elsewhere without reading the file)."""
+    return _file_id(session_path())
+
+
 def _file_id(path: Path) -> _FileId:
     try:
         st = path.stat()

@@ -59,6 +59,10 @@ MARGINS = {"left": 0.07, "right": 0.985, "bottom": 0.08, "top": 0.95, "wspace": 
 PNG_COMPRESS_LEVEL = 1
 # The raw curve stays visible behind the smoothed one, faintly, as TensorBoard does.
 RAW_ALPHA_WHEN_SMOOTHED = 0.25
+# A line through one point draws nothing, so a panel would stay empty until its second point (the eval panel
+# for a whole eval interval). Marking only the newest point makes a lone point visible and shows where the run
+# is now; one marker per line keeps a frame as cheap as before.
+LATEST_POINT_MARKER = {"marker": "o", "markersize": 4.0, "markevery": [-1]}
 
 
 @dataclass
@@ -94,8 +98,12 @@ class MetricsFigure:
         color = f"C{index % 10}"
         raw_alpha = RAW_ALPHA_WHEN_SMOOTHED if self.smoothing > 0 else 1.0
         # animated: left out of the background draw, drawn by the blit in render_png.
-        raw = [ax.plot([], [], color=color, alpha=raw_alpha, lw=1.0, animated=True)[0] for ax in self._axes]
-        smooth = [ax.plot([], [], color=color, lw=1.5, animated=True)[0] for ax in self._axes]
+        raw_marker = {} if self.smoothing > 0 else LATEST_POINT_MARKER
+        raw = [
+            ax.plot([], [], color=color, alpha=raw_alpha, lw=1.0, animated=True, **raw_marker)[0] for ax in self._axes
+        ]
+        # The marker goes on the line drawn at full strength: the smoothed one when there is one.
+        smooth = [ax.plot([], [], color=color, lw=1.5, animated=True, **LATEST_POINT_MARKER)[0] for ax in self._axes]
         # The legend names one line per run: the one drawn at full strength.
         (smooth if self.smoothing > 0 else raw)[0].set_label(label)
         return _RunLines(raw=raw, smooth=smooth)

@@ -16,6 +16,7 @@ from hermes_nb.errors import HermesNBError, UnknownRunError
 from hermes_nb.metrics.reader import read_metrics
 from hermes_nb.plotting.figure import PLOTTED_KEYS
 from hermes_nb.protocol.metrics import ENV_METRICS_FILE, TRAINER_METRICS_FILE, MetricsRow
+from hermes_nb.runs.lineage import predecessor_rows
 from hermes_nb.runs.state import RunStateUnreadable, read_run_state
 
 # The W&B public API is rate limited per key (a few hundred requests a minute shared by everything the user
@@ -42,6 +43,8 @@ class RunFilesSource:
         if not self.run_dir.is_dir():
             raise UnknownRunError(f"run {run_id!r} not found in {home.runs_dir()} (see %rl_runs)")
         self._offsets = {TRAINER_METRICS_FILE: 0, ENV_METRICS_FILE: 0}
+        # A resumed run's curve continues the one it resumed from: those rows come with the first poll.
+        self._earlier = [row for name in self._offsets for row in predecessor_rows(run_id, name)]
 
     def finished(self) -> bool:
         try:
@@ -50,7 +53,7 @@ class RunFilesSource:
             return False  # not written yet: the run is still starting
 
     def poll(self) -> list[MetricsRow]:
-        rows: list[MetricsRow] = []
+        rows, self._earlier = self._earlier, []
         for name, offset in self._offsets.items():
             new_rows, self._offsets[name] = read_metrics(self.run_dir / name, offset)
             rows += new_rows
@@ -132,9 +135,11 @@ class WandbRunSource:
 
 
 def _row_from_history(item: dict[str, Any]) -> MetricsRow | None:
-    step = item.get("_step")
-    if not isinstance(step, int):
+    # hermes-nb logs its own x-axis (the trainer step) next to W&B's internal _step; prefer it.
+    raw_step = item.get("trainer/step", item.get("_step"))
+    if not isinstance(raw_step, int | float):
         return None
+    step = int(raw_step)
     values = {k: float(v) for k, v in item.items() if k in PLOTTED_KEYS and isinstance(v, int | float)}
     return MetricsRow(step=step, time=float(item.get("_timestamp") or 0.0), values=values)
 

@@ -11,6 +11,7 @@ from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.runs import processes
 from hermes_nb.runs.checkpoint_index import read_checkpoints
 from hermes_nb.runs.layout import PROCESS_NAMES, RunPaths
+from hermes_nb.runs.lineage import predecessor_rows
 from hermes_nb.runs.reconcile import reconcile
 from hermes_nb.runs.registry import known_run_ids, load_state, resolve_run
 from hermes_nb.runs.reports import LogTail, RunList, RunResults, RunSummary
@@ -76,8 +77,9 @@ def _wandb_url(paths: RunPaths) -> str | None:
 def get_results(run_id: str | None) -> RunResults:
     paths = resolve_run(run_id)
     state = reconcile(paths, load_state(paths))
-    rows = read_all_metrics(paths.metrics)
-    env_rows = read_all_metrics(paths.env_metrics)
+    # A resumed run's history continues the run it resumed from.
+    rows = predecessor_rows(state.run_id, paths.metrics.name) + read_all_metrics(paths.metrics)
+    env_rows = predecessor_rows(state.run_id, paths.env_metrics.name) + read_all_metrics(paths.env_metrics)
     evals = [r for r in env_rows if keys.EVAL_PERCENT_CORRECT in r.values]
     checkpoints = read_checkpoints(paths.checkpoints_index)
     final = dict(rows[-1].values) if rows else {}

@@ -114,41 +114,59 @@ class Supervisor:
                 return name
         return None
 
-    def start_all(self) -> LaunchOutcome:
-        infra = self.config.infra
-        api_url = infra.api_url or ""
-        self.launch(
-            "api", [sys.executable, "-m", "hermes_nb.trajectory_api", "--host", LOOPBACK, "--port", str(infra.api_port)]
-        )
-        outcome = self.wait_until("api", lambda: api_health(api_url) is not None, API_START_TIMEOUT, "API /health")
-        if not isinstance(outcome, Launched):
-            return outcome
-        self.launch("trainer", [sys.executable, "-m", "hermes_nb.trainer", "--config", str(self.paths.config)])
-        outcome = self.wait_until(
-            "trainer",
-            lambda: inference_healthy(infra.inference_url or "") and registered(api_url, "trainer_registered"),
-            TRAINER_START_TIMEOUT,
-            "the inference server's /health and the trainer's registration",
-        )
-        if not isinstance(outcome, Launched):
-            return outcome
+    def argv_for(self, name: str) -> list[str]:
+        infra, config_path = self.config.infra, str(self.paths.config)
         env_ref = self.config.environment
         assert env_ref is not None  # the launcher refuses to start without one
-        self.launch(
-            "env",
-            [
+        return {
+            "api": [
+                sys.executable,
+                "-m",
+                "hermes_nb.trajectory_api",
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(infra.api_port),
+            ],
+            "trainer": [sys.executable, "-m", "hermes_nb.trainer", "--config", config_path],
+            "env": [
                 sys.executable,
                 "-m",
                 "hermes_nb.env",
                 "serve",
                 f"{env_ref.file}:{env_ref.class_name}",
                 "--config",
-                str(self.paths.config),
+                config_path,
             ],
-        )
-        return self.wait_until(
-            "env", lambda: registered(api_url, "num_envs"), ENV_START_TIMEOUT, "the environment's registration"
-        )
+        }[name]
+
+    def start_all(self) -> LaunchOutcome:
+        """Bring the run up in dependency order: API healthy, then trainer registered, then environment registered.
+
+        The three processes are *launched* together: the trainer retries its registration until the API answers
+        and the environment waits for the trainer, so their interpreter start-up and imports (torch alone takes
+        seconds) overlap instead of adding up. The readiness checks still pass in order, and a process that dies
+        while an earlier one is coming up is named as the failure.
+        """
+        infra = self.config.infra
+        api_url, inference_url = infra.api_url or "", infra.inference_url or ""
+        for name in ("api", "trainer", "env"):
+            self.launch(name, self.argv_for(name))
+        waits: list[tuple[str, Callable[[], bool], float, str]] = [
+            ("api", lambda: api_health(api_url) is not None, API_START_TIMEOUT, "API /health"),
+            (
+                "trainer",
+                lambda: inference_healthy(inference_url) and registered(api_url, "trainer_registered"),
+                TRAINER_START_TIMEOUT,
+                "the inference server's /health and the trainer's registration",
+            ),
+            ("env", lambda: registered(api_url, "num_envs"), ENV_START_TIMEOUT, "the environment's registration"),
+        ]
+        for name, ready, timeout, what in waits:
+            outcome = self.wait_until(name, ready, timeout, what)
+            if not isinstance(outcome, Launched):
+                return outcome
+        return Launched()
 
     # ---- watching ----------------------------------------------------------------------------------------
     def watch(self) -> None:

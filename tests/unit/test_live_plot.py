@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from pathlib import Path
@@ -12,13 +13,23 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from matplotlib._pylab_helpers import Gcf
+from matplotlib.colors import to_hex
 from notebook_runs import append_eval_row, append_trainer_rows, make_run, set_status, trainer_row
+from PIL import Image
 
 from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook.live_plot import LivePlot
-from hermes_nb.plotting import MetricsPlot, RunFilesSource, WandbRunSource, save_metrics_plot
+from hermes_nb.plotting import (
+    PANELS,
+    PLOTTED_KEYS,
+    MetricsFigure,
+    MetricsPlot,
+    RunFilesSource,
+    WandbRunSource,
+    save_metrics_plot,
+)
 from hermes_nb.plotting.series import RunSeries, decimate, ema
-from hermes_nb.protocol.metrics import TRAIN_LOSS, TRAIN_REWARD_MEAN, MetricsRow
+from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, TRAIN_LOSS, TRAIN_REWARD_MEAN, MetricsRow
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FAST_S = 0.05  # refresh interval in tests: fast, so a test waits milliseconds, not seconds
@@ -267,3 +278,26 @@ def test_decimate_keeps_the_envelope_of_each_bin() -> None:
     assert few_steps.size == 100
     assert few_values.max() == values.max() and few_values.min() == values.min()
     assert decimate(steps[:80], values[:80], 50)[0].size == 80  # small series are drawn as they are
+
+
+def colored_pixels_in_panel(figure: MetricsFigure, png: bytes, panel: int, color: str) -> int:
+    """How many pixels of ``panel`` have the line colour ``color`` (a lone point drawn as a line has none)."""
+    image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+    box = figure.figure.axes[panel].get_window_extent()
+    height = image.shape[0]
+    inside = image[int(height - box.y1) : int(height - box.y0), int(box.x0) : int(box.x1)]  # rows count from the top
+    target = np.array([int(color[i : i + 2], 16) for i in (1, 3, 5)])
+    return int((np.abs(inside - target).sum(axis=2) < 40).sum())
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.6])
+def test_a_single_point_is_visible(smoothing: float) -> None:
+    series = RunSeries(PLOTTED_KEYS)
+    series.add_rows([MetricsRow(step=0, time=0.0, values={EVAL_PERCENT_CORRECT: 0.25})])
+    figure = MetricsFigure([RUN], smoothing=smoothing)
+    figure.update({RUN: series})
+
+    png = figure.render_png()
+
+    eval_panel = [panel.key for panel in PANELS].index(EVAL_PERCENT_CORRECT)
+    assert colored_pixels_in_panel(figure, png, eval_panel, to_hex("C0")) >= 4

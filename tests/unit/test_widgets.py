@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,10 +19,11 @@ import pytest
 from notebook_runs import append_trainer_rows, make_run, set_status
 
 import hermes_nb.runs.api
+from hermes_nb import home
 from hermes_nb.api import rl_get_current_config, rl_select_environment
 from hermes_nb.notebook import Dashboard, kernel_runs
 from hermes_nb.notebook.widgets.config_form import ConfigForm
-from hermes_nb.notebook.widgets.monitor import RunMonitor, format_eta
+from hermes_nb.notebook.widgets.monitor import LOG_LINES, RunMonitor, format_eta
 from hermes_nb.notebook.widgets.picker import EnvironmentPicker
 from hermes_nb.runs.reports import StartResult
 from hermes_nb.runs.state import ProcessRecord
@@ -209,6 +212,57 @@ def test_stop_button_signals_the_run_supervisor() -> None:
         if supervisor.poll() is None:
             os.kill(supervisor.pid, signal.SIGKILL)
         supervisor.wait()
+
+
+def test_after_stop_the_message_says_how_the_run_ended() -> None:
+    supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        record = ProcessRecord(
+            name="supervisor", pid=supervisor.pid, started_at=psutil.Process(supervisor.pid).create_time()
+        )
+        make_run(RUN, processes={"supervisor": record})
+        append_trainer_rows(RUN, range(4))
+        monitor = RunMonitor(RUN, interval_s=FAST_S)
+        monitor.stop_button.click()
+        supervisor.wait(timeout=10)
+        set_status(RUN, "stopped")
+        wait_until(lambda: not monitor.refreshing)
+        assert "Stop requested" not in monitor.message.value
+        assert "Run stopped at step 3/10" in monitor.message.value
+    finally:
+        if supervisor.poll() is None:
+            os.kill(supervisor.pid, signal.SIGKILL)
+        supervisor.wait()
+
+
+def write_log(run_id: str, text: str, process: str = "trainer") -> None:
+    path = home.logs_dir() / f"{process}_{run_id}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def shown_log_lines(monitor: RunMonitor) -> list[str]:
+    """The text lines the log view shows, in order (its HTML holds one <pre>)."""
+    pre = re.search(r"<pre[^>]*>(.*)</pre>", monitor.log.value, re.S)
+    assert pre is not None, monitor.log.value
+    return html.unescape(pre.group(1)).split("\n")
+
+
+def test_the_log_tail_shows_the_newest_lines_kept_in_view() -> None:
+    make_run(RUN, status="completed")
+    write_log(RUN, "".join(f"line {i}\n" for i in range(100)))
+    monitor = RunMonitor(RUN)
+    shown = shown_log_lines(monitor)
+    assert shown[-1] == "line 99" and len(shown) == LOG_LINES
+    assert "column-reverse" in monitor.log.value  # the box starts scrolled to its end, where the newest line is
+
+
+def test_the_log_tail_shows_a_progress_bar_as_its_last_state() -> None:
+    make_run(RUN, status="completed")
+    bar = "".join(f"\rsteps: {p:3d}%|" for p in range(0, 101, 5))
+    write_log(RUN, f"loading\n{bar}\nstep 1 done\n")
+    monitor = RunMonitor(RUN)
+    assert shown_log_lines(monitor) == ["loading", "steps: 100%|", "step 1 done"]
 
 
 def test_start_button_starts_a_run_and_follows_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,8 @@
 """Run monitor: status, progress with ETA, process states, Start and Stop, and a log tail.
 
 A daemon thread re-reads the run's status every ``interval_s`` (a few small file reads through the core) and
-stops by itself once the run has ended, after showing the final state.
+stops by itself once the run has ended, after showing the final state; the message under the buttons then
+says how the run ended, so "Stop requested" or "Started" never outlives the run it was about.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import ipywidgets as widgets
 from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook import kernel_runs
 from hermes_nb.notebook.refresher import Refresher
+from hermes_nb.notebook.widgets.log_view import log_html, tail_lines
 from hermes_nb.runs.reports import RunStatus, StartResult
 from hermes_nb.syncio import run_sync
 
@@ -22,6 +24,7 @@ DEFAULT_STATUS_INTERVAL_S = 2.0
 LOG_LINES = 30
 LOG_PROCESSES = ("trainer", "env", "api", "supervisor")
 StartCallback = Callable[[StartResult], None]
+StatusCallback = Callable[[RunStatus], None]
 
 
 def format_eta(seconds: float | None) -> str:
@@ -48,7 +51,7 @@ class RunMonitor:
         self.stop_button = widgets.Button(description="Stop", button_style="danger", tooltip="Stop the run")
         self.stop_button.add_class("hermes-nb-stop")
         self.log_process = widgets.Dropdown(options=LOG_PROCESSES, value="trainer", description="Log")
-        self.log = widgets.Textarea(disabled=True, layout=widgets.Layout(width="100%", height="180px"))
+        self.log = widgets.HTML(log_html([]), layout=widgets.Layout(width="100%"))
         self.log.add_class("hermes-nb-log")
         self.message = widgets.HTML()
         self.message.add_class("hermes-nb-monitor-message")
@@ -58,6 +61,7 @@ class RunMonitor:
         self.widget.add_class("hermes-nb-run-monitor")
         self.last_status: RunStatus | None = None
         self._callbacks: list[StartCallback] = []
+        self._status_callbacks: list[StatusCallback] = []
         self._refresher = Refresher("hermes-nb-run-monitor", interval_s, self.refresh)
         self.start_button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self.stop())
@@ -75,6 +79,11 @@ class RunMonitor:
 
     def on_start(self, callback: StartCallback) -> None:
         self._callbacks.append(callback)
+
+    def on_status(self, callback: StatusCallback) -> None:
+        """Call ``callback`` after each status read (the dashboard refreshes its plot then, so both show a step
+        read at the same moment)."""
+        self._status_callbacks.append(callback)
 
     def start(self) -> StartResult | None:
         """Start a run with the current config and follow it."""
@@ -128,6 +137,8 @@ class RunMonitor:
             return False
         self._show(status)
         self._update_log()
+        for callback in self._status_callbacks:
+            callback(status)
         return not status.is_terminal
 
     def close(self) -> None:
@@ -151,18 +162,14 @@ class RunMonitor:
         )
         self.processes.value = f"<table>{rows}</table>" if rows else ""
         self._set_buttons(running=not status.is_terminal)
+        if status.is_terminal:
+            self._say(_ending(status), error=status.status == "failed")
 
     def _update_log(self) -> None:
-        from hermes_nb.runs.api import rl_tail_logs
-
-        if self.run_id is None:
-            return
-        try:
-            tail = run_sync(rl_tail_logs(self.run_id, process=str(self.log_process.value), lines=LOG_LINES))
-        except HermesNBError as exc:
-            self.log.value = str(exc)
-            return
-        self.log.value = "\n".join(tail.lines)
+        # The log paths come with the status just read: no second call into the core per refresh.
+        logs = self.last_status.logs if self.last_status is not None else {}
+        path = logs.get(str(self.log_process.value))
+        self.log.value = log_html(tail_lines(path, LOG_LINES) if path else [])
 
     def _set_buttons(self, running: bool) -> None:
         self.start_button.disabled = running
@@ -171,6 +178,12 @@ class RunMonitor:
     def _say(self, message: str, error: bool = False) -> None:
         style = " style='color:#b00020'" if error else ""
         self.message.value = f"<span{style}>{html.escape(message)}</span>"
+
+
+def _ending(status: RunStatus) -> str:
+    """The message once a run has ended: how, and at which step."""
+    ended = f"Run {status.status} at step {status.step}/{status.total_steps}."
+    return f"{ended} See the {status.failed_process or 'trainer'} log below." if status.status == "failed" else ended
 
 
 def _newest_run() -> str | None:
