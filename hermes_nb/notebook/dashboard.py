@@ -1,7 +1,9 @@
 """``dashboard()``: environment picker, config form, run monitor and live metrics plot in one widget.
 
 The parts talk only through the core: choosing an environment reloads the form from the new config; Start in
-the monitor starts a run with the config the form applied, and the plot switches to that run.
+the monitor starts a run with the config the form applied, and the plot switches to that run. A config changed
+from a cell reaches the form (and the picker) through the form's watch of the session file. Each status read
+of the monitor also refreshes the plot, so the step in the progress bar and the plot's caption agree.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from hermes_nb.notebook.widgets.config_form import ConfigForm
 from hermes_nb.notebook.widgets.monitor import DEFAULT_STATUS_INTERVAL_S, RunMonitor
 from hermes_nb.notebook.widgets.picker import EnvironmentPicker
 from hermes_nb.results import SelectionResult
-from hermes_nb.runs.reports import StartResult
+from hermes_nb.runs.reports import RunStatus, StartResult
 
 
 class Dashboard:
@@ -27,17 +29,20 @@ class Dashboard:
         self._refresh_interval = refresh_interval
         self._smoothing = smoothing
         self.picker = EnvironmentPicker()
-        self.form = ConfigForm()
+        self.form = ConfigForm(watch_interval_s=refresh_interval)
         self.monitor = RunMonitor(run_id, interval_s=status_interval)
         self.plot: LivePlot | None = None
         self.plot_box = widgets.VBox()
         self.plot_box.add_class("hermes-nb-plot-area")
         self.picker.on_select(self._selected)
+        self.form.on_reload(lambda view: self.picker.mark_selected(view.environment))
         self.monitor.on_start(self._started)
+        self.monitor.on_status(self._status_read)
         if self.monitor.run_id is not None:
             self._watch(self.monitor.run_id)
-        top = widgets.HBox([self.picker.widget, self.form.widget])
-        self.widget = widgets.VBox([top, self.monitor.widget, self.plot_box])
+        self.form.start_watching()
+        # Stacked, not side by side: the picker's labels and the form's error column each need the full width.
+        self.widget = widgets.VBox([self.picker.widget, self.form.widget, self.monitor.widget, self.plot_box])
         self.widget.add_class("hermes-nb-dashboard")
 
     def _selected(self, result: SelectionResult) -> None:
@@ -45,6 +50,10 @@ class Dashboard:
 
     def _started(self, result: StartResult) -> None:
         self._watch(result.run_id)
+
+    def _status_read(self, status: RunStatus) -> None:
+        if self.plot is not None and self.plot.plot.sources[0].label == status.run_id and not self.plot.finished:
+            self.plot.refresh()
 
     def _watch(self, run_id: str) -> None:
         if self.plot is not None:
@@ -55,6 +64,7 @@ class Dashboard:
     def close(self) -> None:
         """Stop every refresh thread (the widgets stay as they are)."""
         self.monitor.close()
+        self.form.close()
         if self.plot is not None:
             self.plot.close()
 

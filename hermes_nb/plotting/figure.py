@@ -15,6 +15,7 @@ import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -62,7 +63,7 @@ RAW_ALPHA_WHEN_SMOOTHED = 0.25
 # A line through one point draws nothing, so a panel would stay empty until its second point (the eval panel
 # for a whole eval interval). Marking only the newest point makes a lone point visible and shows where the run
 # is now; one marker per line keeps a frame as cheap as before.
-LATEST_POINT_MARKER = {"marker": "o", "markersize": 4.0, "markevery": [-1]}
+LATEST_POINT_MARKER: dict[str, Any] = {"marker": "o", "markersize": 4.0, "markevery": [-1]}
 
 
 @dataclass
@@ -98,7 +99,7 @@ class MetricsFigure:
         color = f"C{index % 10}"
         raw_alpha = RAW_ALPHA_WHEN_SMOOTHED if self.smoothing > 0 else 1.0
         # animated: left out of the background draw, drawn by the blit in render_png.
-        raw_marker = {} if self.smoothing > 0 else LATEST_POINT_MARKER
+        raw_marker: dict[str, Any] = {} if self.smoothing > 0 else LATEST_POINT_MARKER
         raw = [
             ax.plot([], [], color=color, alpha=raw_alpha, lw=1.0, animated=True, **raw_marker)[0] for ax in self._axes
         ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ def _arithmetic_module():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("_arith_for_test", REPO_ROOT / "environments" / "arithmetic.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # pydantic resolves the config's annotations through the module
     spec.loader.exec_module(module)
     return module
 

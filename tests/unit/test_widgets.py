@@ -20,7 +20,7 @@ from notebook_runs import append_trainer_rows, make_run, set_status
 
 import hermes_nb.runs.api
 from hermes_nb import home
-from hermes_nb.api import rl_get_current_config, rl_select_environment
+from hermes_nb.api import rl_edit_config, rl_get_current_config, rl_select_environment
 from hermes_nb.notebook import Dashboard, kernel_runs
 from hermes_nb.notebook.widgets.config_form import ConfigForm
 from hermes_nb.notebook.widgets.monitor import LOG_LINES, RunMonitor, format_eta
@@ -31,7 +31,7 @@ from hermes_nb.syncio import run_sync
 
 RUN = "20260101-000000-aaaaaaaaaa"
 FAST_S = 0.05
-THREAD_NAMES = {"hermes-nb-run-monitor", "hermes-nb-live-plot"}
+THREAD_NAMES = {"hermes-nb-run-monitor", "hermes-nb-live-plot", "hermes-nb-config-form"}
 
 
 def refresh_threads() -> list[threading.Thread]:
@@ -165,6 +165,59 @@ def test_reset_restores_the_defaults() -> None:
     form.reset_button.click()
     assert current_values()["env.digits"] == 2
     assert form.rows["env.digits"].input.value == 2
+
+
+def test_form_groups_fields_by_section_with_the_most_used_first() -> None:
+    select("arithmetic")
+    form = ConfigForm()
+    env_section, env_box = form.sections["env"]
+    env_names = [child.children[0].description for child in env_box.children]
+    assert env_names[:2] == ["env.total_steps", "env.group_size"]
+    assert env_names.index("env.digits") < env_names.index("env.seed")  # the environment's own fields come early
+    assert env_section.selected_index == 0  # open
+    assert form.sections["trainer"][0].selected_index is None  # folded
+    assert form.locked_section.selected_index is None
+    assert all("hermes-nb-locked" in box._dom_classes for box in form.locked_box.children)
+    row = form.rows["env.group_size"]
+    assert row.hint.layout.width and row.error.layout.min_width  # bounds and errors get their own room
+
+
+def test_a_change_made_in_a_cell_reaches_the_form_and_keeps_unapplied_edits() -> None:
+    select("arithmetic")
+    form = ConfigForm()
+    form.rows["env.digits"].input.value = 4  # typed, not applied
+    assert not form.check_for_changes()
+
+    run_sync(rl_edit_config({"env.group_size": 8, "env.digits": 3}))  # what a cell does
+
+    assert form.check_for_changes()
+    assert form.rows["env.group_size"].input.value == 8
+    assert form.rows["env.digits"].input.value == 4
+    assert form.edits() == {"env.digits": 4}
+    assert "env.digits" in form.status.value
+
+
+def test_another_environment_selected_in_a_cell_rebuilds_the_form() -> None:
+    select("arithmetic")
+    form = ConfigForm()
+    form.rows["env.group_size"].input.value = 6
+    select("reverse_string")
+    assert form.check_for_changes()
+    assert form.view is not None and form.view.environment == "reverse_string"
+    assert "env.digits" not in form.rows
+    assert form.rows["env.group_size"].input.value == 6  # a field both environments have keeps the edit
+
+
+def test_the_shown_form_follows_changes_by_itself_until_closed() -> None:
+    select("arithmetic")
+    form = ConfigForm(watch_interval_s=FAST_S)
+    form._repr_mimebundle_()  # shown in a cell
+    try:
+        run_sync(rl_edit_config({"env.group_size": 12}))
+        wait_until(lambda: form.rows["env.group_size"].input.value == 12)
+    finally:
+        form.close()
+    assert refresh_threads() == []
 
 
 # ---------------------------------------------------------------- run monitor
@@ -320,3 +373,28 @@ def test_dashboard_choice_reloads_the_form_and_close_leaves_no_thread() -> None:
     finally:
         board.close()
     assert refresh_threads() == []
+
+
+def test_dashboard_picker_follows_a_selection_made_in_a_cell() -> None:
+    select("arithmetic")
+    board = Dashboard(refresh_interval=FAST_S, status_interval=FAST_S)
+    try:
+        select("sort_letters")
+        wait_until(lambda: board.picker.list.value == "sort_letters")
+        assert board.form.view is not None and board.form.view.environment == "sort_letters"
+    finally:
+        board.close()
+    assert refresh_threads() == []
+
+
+def test_dashboard_plot_reads_the_step_the_monitor_shows() -> None:
+    make_run(RUN, total_steps=10)
+    append_trainer_rows(RUN, range(2))
+    board = Dashboard(RUN, refresh_interval=60.0, status_interval=60.0)  # no timed refresh during the test
+    try:
+        append_trainer_rows(RUN, range(2, 5))
+        board.monitor.refresh()
+        assert board.monitor.progress.value == 4
+        assert board.plot is not None and board.plot.plot.latest_step() == 4
+    finally:
+        board.close()

@@ -3,42 +3,82 @@
 Apply is all-or-nothing. Each changed field is first checked alone against the current state (the core's
 pure ``editing.apply_edits``, which saves nothing) so every refusal is shown beside its own field; only when
 all pass does one ``rl_edit_config(dict)`` call apply them together.
+
+The config can also change from a cell (``rl_edit_config``, ``rl_load_config``) or another process. While the
+form is shown, a daemon thread compares the session file's identity every second (one ``stat``) and, when it
+moved, reloads the values of the fields the user has not touched; edits not yet applied stay as typed.
 """
 
 from __future__ import annotations
 
 import html
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as widgets
 
+from hermes_nb import session
 from hermes_nb.errors import ConfigError, HermesNBError
-from hermes_nb.notebook.widgets.fields import bounds_text, css_name, edited_value, field_input, locked_input
+from hermes_nb.notebook.refresher import Refresher
+from hermes_nb.notebook.widgets.fields import (
+    ERROR_LAYOUT,
+    HINT_LAYOUT,
+    bounds_text,
+    css_name,
+    edited_value,
+    field_input,
+    locked_input,
+    to_text,
+)
+from hermes_nb.notebook.widgets.form_layout import (
+    LOCKED_TITLE,
+    OPEN_SECTIONS,
+    SECTION_TITLES,
+    field_order,
+    section,
+    section_of,
+)
 from hermes_nb.results import ConfigField, ConfigView
 from hermes_nb.syncio import run_sync
 
-SECTION_TITLES = {"env": "Environment", "trainer": "Trainer", "wandb": "Weights & Biases"}
+# A stat of the session file each second notices a cell's edit before the user looks back at the form.
+WATCH_INTERVAL_S = 1.0
+ReloadCallback = Callable[[ConfigView], None]
 
 
 class _FieldRow:
     def __init__(self, field: ConfigField) -> None:
         self.field = field
         self.input = field_input(field)
-        self.hint = widgets.HTML(html.escape(bounds_text(field.constraints)))
-        self.error = widgets.HTML()
+        self.hint = widgets.HTML(html.escape(bounds_text(field.constraints)), layout=HINT_LAYOUT)
+        self.error = widgets.HTML(layout=ERROR_LAYOUT)
         self.error.add_class(f"hermes-nb-error-{css_name(field.name)}")
-        self.widget = widgets.HBox([self.input, self.hint, self.error])
+        self.widget = widgets.HBox([self.input, self.hint, self.error], layout={"width": "100%"})
+
+    @property
+    def edited(self) -> bool:
+        return edited_value(self.input, self.field)[0]
 
     def show_error(self, message: str) -> None:
         shown = f"<span style='color:#b00020'>✖ {html.escape(message)}</span>" if message else ""
         self.error.value = shown
 
+    def follow(self, field: ConfigField) -> None:
+        """Take ``field``'s current value as the one shown, unless the user has edited this row."""
+        if not self.edited:
+            self.input.value = to_text(field.value) if isinstance(self.input, widgets.Text) else field.value
+        self.field = field
+
 
 class ConfigForm:
-    def __init__(self) -> None:
+    def __init__(self, watch_interval_s: float = WATCH_INTERVAL_S) -> None:
         self.title = widgets.HTML()
-        self.fields_box = widgets.VBox()
-        self.locked_box = widgets.VBox()
+        self.sections = {
+            name: section(title, name in OPEN_SECTIONS, f"hermes-nb-section-{name}")
+            for name, title in SECTION_TITLES.items()
+        }
+        self.locked_section, self.locked_box = section(LOCKED_TITLE, False, "hermes-nb-locked-section")
         self.locked_box.add_class("hermes-nb-locked-fields")
         self.apply_button = widgets.Button(description="Apply", button_style="primary", tooltip="Apply all edits")
         self.apply_button.add_class("hermes-nb-apply")
@@ -47,39 +87,109 @@ class ConfigForm:
         self.status = widgets.HTML()
         self.status.add_class("hermes-nb-form-status")
         buttons = widgets.HBox([self.apply_button, self.reset_button, self.status])
-        locked_title = widgets.HTML("<b>Locked</b> (decided by the run system)")
-        self.widget = widgets.VBox([self.title, self.fields_box, buttons, locked_title, self.locked_box])
+        accordions = [accordion for accordion, _ in self.sections.values()]
+        self.widget = widgets.VBox([self.title, *accordions, buttons, self.locked_section])
         self.widget.add_class("hermes-nb-config-form")
         self.rows: dict[str, _FieldRow] = {}
         self.view: ConfigView | None = None
+        self._file_id = session.file_id()
+        # The watch thread and the kernel (a click, a select) both rebuild rows; one at a time.
+        self._lock = threading.RLock()
+        self._reload_callbacks: list[ReloadCallback] = []
+        self._watcher = Refresher("hermes-nb-config-form", watch_interval_s, self._watch_tick)
         self.apply_button.on_click(lambda _: self.apply())
         self.reset_button.on_click(lambda _: self.reset())
         self.reload()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
         """A cell whose value is this object shows its widget (IPython asks for this bundle)."""
+        self.start_watching()
         return self.widget._repr_mimebundle_(**kwargs)
+
+    @property
+    def watching(self) -> bool:
+        return self._watcher.running
+
+    def start_watching(self) -> ConfigForm:
+        """Follow config changes made outside the form (a cell, another process) until ``close``."""
+        self._watcher.start()
+        return self
+
+    def close(self) -> None:
+        self._watcher.stop()
+
+    def on_reload(self, callback: ReloadCallback) -> None:
+        """Call ``callback`` when a change made outside the form was loaded (the dashboard updates its picker)."""
+        self._reload_callbacks.append(callback)
 
     def reload(self) -> None:
         from hermes_nb.api import rl_get_current_config
 
-        self.load(run_sync(rl_get_current_config()))
+        file_id = session.file_id()  # before reading: a change made while reading is seen by the next check
+        view = run_sync(rl_get_current_config())
+        with self._lock:
+            self.load(view)
+            self._file_id = file_id
 
     def load(self, view: ConfigView) -> None:
         """Rebuild the form from ``view`` (after a selection, an apply or a reset)."""
-        self.view = view
-        self.title.value = f"<b>Config</b> of {html.escape(view.environment or '(no environment selected)')}"
-        self.rows = {field.name: _FieldRow(field) for field in view.configurable}
-        self.fields_box.children = self._sections()
-        self.locked_box.children = [locked_input(field) for field in view.locked]
+        with self._lock:
+            self.view = view
+            self._file_id = session.file_id()
+            self.title.value = f"<b>Config</b> of {html.escape(view.environment or '(no environment selected)')}"
+            self.rows = {field.name: _FieldRow(field) for field in field_order(view.configurable)}
+            for name, (accordion, box) in self.sections.items():
+                box.children = [row.widget for field_name, row in self.rows.items() if section_of(field_name) == name]
+                accordion.set_title(0, f"{SECTION_TITLES[name]} ({len(box.children)})")
+                accordion.layout.display = None if box.children else "none"
+            self.locked_box.children = [locked_input(field) for field in view.locked]
+            self.locked_section.set_title(0, f"{LOCKED_TITLE} ({len(view.locked)})")
 
-    def _sections(self) -> list[widgets.Widget]:
-        children: list[widgets.Widget] = []
-        for section, title in SECTION_TITLES.items():
-            rows = [row.widget for name, row in self.rows.items() if name.split(".", 1)[0] == section]
-            if rows:
-                children += [widgets.HTML(f"<b>{title}</b>"), *rows]
-        return children
+    def check_for_changes(self) -> bool:
+        """Reload if the config changed outside the form since it was last loaded; True when it did.
+
+        Rows the user has edited keep their text (and are still told apart from the new value by Apply).
+        """
+        from hermes_nb.api import rl_get_current_config
+
+        file_id = session.file_id()
+        if file_id == self._file_id:
+            return False
+        view = run_sync(rl_get_current_config())
+        with self._lock:
+            kept = self._take(view)
+            self._file_id = file_id
+        note = f"; your unapplied edits to {', '.join(kept)} are kept" if kept else ""
+        self._say(f"Reloaded: the config was changed outside this form{note}.")
+        for callback in self._reload_callbacks:
+            callback(view)
+        return True
+
+    def _watch_tick(self) -> bool:
+        try:
+            self.check_for_changes()
+        except HermesNBError as exc:  # e.g. the environment's file went away: say so, keep watching
+            self._say(str(exc), error=True)
+        return True
+
+    def _take(self, view: ConfigView) -> list[str]:
+        """Show ``view``, keeping the user's edits; the names of the fields whose edits were kept."""
+        edited = {name: row.input.value for name, row in self.rows.items() if row.edited}
+        if self.view is not None and _same_shape(self.view, view):
+            self.view = view
+            for field in view.configurable:
+                self.rows[field.name].follow(field)
+            for box, locked in zip(self.locked_box.children, view.locked, strict=True):
+                box.value = to_text(locked.value)
+            return sorted(edited)
+        self.load(view)  # other fields (another environment): rebuild, then put back what still applies
+        kept = []
+        for name, value in edited.items():
+            row = self.rows.get(name)
+            if row is not None and type(row.input.value) is type(value):
+                row.input.value = value
+                kept.append(name)
+        return sorted(kept)
 
     def edits(self) -> dict[str, Any]:
         """The fields the user changed, by dotted name."""
@@ -142,3 +252,13 @@ class ConfigForm:
     def _say(self, message: str, error: bool = False) -> None:
         style = " style='color:#b00020'" if error else ""
         self.status.value = f"<span{style}>{html.escape(message)}</span>"
+
+
+def _same_shape(old: ConfigView, new: ConfigView) -> bool:
+    """Same environment, fields, types and bounds: only values differ, so the rows can stay as they are."""
+
+    def shape(view: ConfigView) -> tuple[Any, ...]:
+        fields = [(f.name, f.type, repr(f.constraints)) for f in view.configurable]
+        return (view.environment, fields, [f.name for f in view.locked])
+
+    return shape(old) == shape(new)

@@ -15,8 +15,12 @@ import ipywidgets as widgets
 
 from hermes_nb.results import ConfigField, LockedField
 
-DESCRIPTION_STYLE = {"description_width": "170px"}
-INPUT_LAYOUT = {"width": "340px"}
+# The label column fits the longest dotted names (env.ensure_scores_are_not_same) at the notebook's font size.
+DESCRIPTION_STYLE = {"description_width": "230px"}
+INPUT_LAYOUT = {"width": "420px", "flex": "0 0 auto"}
+# Beside each input: the bounds ("≥ 2, ≤ 256" on one line), then the error, which takes the rest of the row.
+HINT_LAYOUT = {"width": "140px", "flex": "0 0 auto", "margin": "0 0 0 8px"}
+ERROR_LAYOUT = {"flex": "1 1 320px", "min_width": "320px"}
 BOUND_SYMBOLS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<", "min_length": "length ≥", "max_length": "length ≤"}
 NULL_TEXT = "none"
 

@@ -17,19 +17,25 @@ SelectionCallback = Callable[[SelectionResult], None]
 LIST_ROWS = 8
 # Wide enough for the name and the start of the description's first sentence in a notebook column.
 LABEL_CHARS = 72
+# The list is as wide as LABEL_CHARS at the notebook's font (about 7.5 px a character) plus its label, so a
+# label is cut by LABEL_CHARS with an ellipsis, never by the widget's edge; the details beside it take the rest.
+LIST_LAYOUT = {"width": "640px", "flex": "0 0 auto"}
 
 
 class EnvironmentPicker:
     def __init__(self) -> None:
-        self.filter = widgets.Text(placeholder="filter by name or description", description="Filter")
+        self.filter = widgets.Text(
+            placeholder="filter by name or description", description="Filter", layout={"width": "640px"}
+        )
         self.filter.add_class("hermes-nb-picker-filter")
-        self.list = widgets.Select(options=[], rows=LIST_ROWS, description="Environment")
+        self.list = widgets.Select(options=[], rows=LIST_ROWS, description="Environment", layout=LIST_LAYOUT)
         self.list.add_class("hermes-nb-picker")
         self.details = widgets.HTML()
         self.details.add_class("hermes-nb-picker-details")
         self.status = widgets.HTML()
         self.status.add_class("hermes-nb-picker-status")
-        self.widget = widgets.VBox([self.filter, self.list, self.details, self.status])
+        about = widgets.VBox([self.details, self.status], layout={"flex": "1 1 auto", "margin": "0 0 0 12px"})
+        self.widget = widgets.HBox([widgets.VBox([self.filter, self.list]), about])
         self.widget.add_class("hermes-nb-environment-picker")
         self.environments: list[EnvironmentInfo] = []
         self.selected: str | None = None
@@ -61,6 +67,11 @@ class EnvironmentPicker:
         self.selected = current.name if current else None
         problems = "".join(f"<br>⚠ {html.escape(f'{e.file}: {e.message}')}" for e in listing.errors)
         self.status.value = problems[4:] if problems else ""
+        self._show(self.filter.value)
+
+    def mark_selected(self, name: str | None) -> None:
+        """Show ``name`` as the selection made elsewhere (a cell's rl_select_environment), selecting nothing."""
+        self.selected = name
         self._show(self.filter.value)
 
     def select(self, name: str) -> SelectionResult | None:

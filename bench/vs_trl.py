@@ -1,0 +1,317 @@
+"""hermes-nb against TRL's ``GRPOTrainer``: seconds per step and wall-clock to the same held-out accuracy.
+
+Back to back in one process run on this machine, same everything that defines the learning problem:
+
+- base model: the embedded one (``hermes_nb.home.embedded_base_model_dir()``), loaded from disk, float32;
+- task and reward: ``environments/arithmetic.py`` (2-digit addition), reward = its ``score_completion``;
+  TRL's training prompts come from the same training generator (``train_item``), built in memory;
+- group size 16 (TRL ``num_generations``), 128 completions = 8 prompts per step, the same learning rate
+  (constant; Adam, grad-norm clip 1.0, no KL term), temperature 1.0, max completion length 5 tokens
+  (``max_completion_tokens``), group-normalised advantages, token-mean loss (TRL ``loss_type='dapo'``);
+- evaluation: the same 200 held-out items (``eval_items`` of the environment's config, seed 0), greedy,
+  every ``--eval-every`` steps. hermes-nb evaluates through its environment; TRL's model is evaluated by a
+  ``TrainerCallback`` with ``generate`` (greedy, batched, cut at the newline stop like the environment).
+
+Clock: from the first trainer step, with evaluation time subtracted for both (TRL: the callback times its own
+evaluation; hermes-nb: ``eval/seconds`` of each evaluation row), so neither is charged for measuring. Both
+clocks with evaluation included are printed too. The target is the start accuracy + ``--lift`` points.
+
+    .venv/bin/python bench/vs_trl.py [--lift 15] [--eval-every 25] [--max-seconds 420] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "environments"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import arithmetic  # noqa: E402  (the shipped environment's plain functions)
+from learning import QUICKSTART, read_rows  # noqa: E402
+
+GROUP_SIZE = 16
+BATCH_SIZE = 128  # completions per step: 8 prompts x 16
+TEMPERATURE = 1.0
+EVAL_ITEMS = 200
+SEED = 0
+TASK = arithmetic.ArithmeticConfig(operation="add", digits=2, eval_items=EVAL_ITEMS, seed=SEED)
+MAX_COMPLETION = arithmetic.max_completion_tokens(TASK)
+
+
+@dataclass
+class Curve:
+    """Held-out accuracy against steps and seconds since the first step (with and without eval time)."""
+
+    name: str
+    start: float = 0.0
+    points: list[tuple[int, float, float, float]] = field(default_factory=list)  # step, s (no eval), s (wall), acc
+    seconds_per_step: float = 0.0
+    load: float = 0.0
+
+    def reach(self, target: float) -> tuple[int, float, float] | None:
+        return next(((st, s, w) for st, s, w, acc in self.points if acc >= target - 1e-9), None)
+
+
+# ---- the shared learning rate -------------------------------------------------------------------------------
+
+
+def quickstart_learning_rate() -> float:
+    from hermes_nb.config import RunConfig
+
+    return RunConfig.load(QUICKSTART).trainer.learning_rate
+
+
+# ---- hermes-nb ----------------------------------------------------------------------------------------------
+
+
+def run_hermes(lr: float, eval_every: int, target_lift: float, max_seconds: float) -> Curve:
+    from hermes_nb.api import rl_check_status, rl_load_config, rl_select_environment, rl_start_training
+    from hermes_nb.api import rl_stop_training
+    from hermes_nb.runs.layout import RunPaths
+
+    asyncio.run(rl_select_environment("arithmetic"))
+    asyncio.run(rl_load_config(QUICKSTART))
+    overrides = {
+        "group_size": GROUP_SIZE,
+        "batch_size": BATCH_SIZE,
+        "temperature": TEMPERATURE,
+        "operation": "add",
+        "digits": 2,
+        "eval_items": EVAL_ITEMS,
+        "steps_per_eval": eval_every,
+        "total_steps": 2000,  # stopped by this bench at the target or the time limit
+        "env.seed": SEED,
+        "trainer.seed": SEED,
+        "trainer.learning_rate": lr,
+        "trainer.max_grad_norm": 1.0,
+        "trainer.save_checkpoint_interval": 0,
+    }
+    started = asyncio.run(rl_start_training(**overrides))
+    paths = RunPaths.for_run(started.run_id)
+    try:
+        while True:
+            time.sleep(0.5)
+            curve = hermes_curve(paths)
+            if curve is not None and (curve.reach(curve.start + target_lift) or _last_wall(curve) > max_seconds):
+                return curve
+            status = asyncio.run(rl_check_status(started.run_id))
+            if status.is_terminal:
+                raise RuntimeError(f"hermes-nb run ended early ({status.status}): {status.error}")
+    finally:
+        asyncio.run(rl_stop_training(started.run_id))
+
+
+def _last_wall(curve: Curve) -> float:
+    return curve.points[-1][2] if curve.points else 0.0
+
+
+def hermes_curve(paths: Any) -> Curve | None:
+    steps = read_rows(paths.metrics)
+    evals = [r for r in read_rows(paths.env_metrics) if "eval/percent_correct" in r["values"]]
+    if not steps or not evals or evals[0]["step"] != 0:
+        return None
+    t0 = steps[0]["time"]
+    curve = Curve("hermes-nb", start=evals[0]["values"]["eval/percent_correct"], load=os.getloadavg()[0])
+    eval_spent = 0.0
+    for row in evals[1:]:
+        eval_spent += row["values"].get("eval/seconds", 0.0)
+        wall = row["time"] - t0
+        curve.points.append((row["step"], wall - eval_spent, wall, row["values"]["eval/percent_correct"]))
+    step_seconds = [r["values"]["train/step_seconds"] for r in steps[1:]]
+    curve.seconds_per_step = statistics.median(step_seconds) if step_seconds else 0.0
+    return curve
+
+
+# ---- TRL ----------------------------------------------------------------------------------------------------
+
+
+def greedy_accuracy(model: Any, tokenizer: Any, items: list[Any]) -> float:
+    """The environment's evaluation, in process: greedy, at most MAX_COMPLETION tokens, newline stop."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    batch = tokenizer([item.prompt for item in items], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(
+            **batch,
+            max_new_tokens=MAX_COMPLETION,
+            do_sample=False,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    if was_training:
+        model.train()
+    right = [arithmetic.score_completion(text.split("\n")[0], item.answer) for text, item in zip(texts, items)]
+    return sum(right) / len(items)
+
+
+def trl_dataset(rows: int) -> Any:
+    from datasets import Dataset
+
+    rng = random.Random(SEED)
+    items = [arithmetic.train_item(rng, TASK) for _ in range(rows)]
+    return Dataset.from_dict({"prompt": [i.prompt for i in items], "answer": [i.answer for i in items]})
+
+
+def reward(prompts: list[str], completions: list[str], answer: list[str], **_: Any) -> list[float]:
+    return [arithmetic.score_completion(c.split("\n")[0], a) for c, a in zip(completions, answer)]
+
+
+def run_trl(lr: float, eval_every: int, target_lift: float, max_seconds: float, max_steps: int) -> Curve:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from hermes_nb.home import embedded_base_model_dir
+
+    model_dir = str(embedded_base_model_dir())
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    items = arithmetic.eval_items(TASK)
+    curve = Curve("TRL GRPOTrainer", start=greedy_accuracy(model, tokenizer, items))
+    target = curve.start + target_lift
+
+    class Clock(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.t0: float | None = None
+            self.eval_spent = 0.0
+            self.step_ends: list[float] = []
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            now = time.perf_counter()
+            self.step_ends.append(now)
+            self.t0 = self.t0 if self.t0 is not None else now
+            if state.global_step % eval_every:
+                return
+            began = time.perf_counter()
+            accuracy = greedy_accuracy(kwargs["model"], tokenizer, items)
+            self.eval_spent += time.perf_counter() - began
+            wall = time.perf_counter() - self.t0
+            curve.points.append((state.global_step, wall - self.eval_spent, wall, accuracy))
+            print(f"  TRL step {state.global_step}: {accuracy * 100:.1f}% ({wall - self.eval_spent:.0f} s)", flush=True)
+            if accuracy >= target - 1e-9 or wall - self.eval_spent > max_seconds:
+                control.should_training_stop = True
+
+    clock = Clock()
+    with tempfile.TemporaryDirectory() as out:
+        config = GRPOConfig(
+            output_dir=out,
+            per_device_train_batch_size=BATCH_SIZE,
+            num_generations=GROUP_SIZE,
+            learning_rate=lr,
+            lr_scheduler_type="constant",
+            max_grad_norm=1.0,
+            beta=0.0,
+            loss_type="dapo",
+            scale_rewards="group",
+            temperature=TEMPERATURE,
+            max_completion_length=MAX_COMPLETION,
+            max_steps=max_steps,
+            use_cpu=True,
+            bf16=False,
+            use_vllm=False,
+            gradient_checkpointing=False,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=50,
+            dataloader_num_workers=0,
+            seed=SEED,
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=reward,
+            args=config,
+            train_dataset=trl_dataset(max_steps * BATCH_SIZE // GROUP_SIZE),
+            processing_class=tokenizer,
+            callbacks=[clock],
+        )
+        trainer.train()
+    gaps = [b - a for a, b in zip(clock.step_ends, clock.step_ends[1:])]
+    # A gap after an evaluation step includes the evaluation; leave those out of the per-step time.
+    steps = [g for i, g in enumerate(gaps, start=2) if (i - 1) % eval_every]
+    curve.seconds_per_step = statistics.median(steps) if steps else 0.0
+    curve.load = os.getloadavg()[0]
+    return curve
+
+
+# ---- report -------------------------------------------------------------------------------------------------
+
+
+def describe(curve: Curve, target: float) -> list[str]:
+    points = ", ".join(f"{acc * 100:.1f}% (step {st}, {s:.0f} s)" for st, s, _, acc in curve.points)
+    hit = curve.reach(target)
+    reached = f"step {hit[0]}, {hit[1]:.1f} s without eval ({hit[2]:.1f} s with)" if hit else "not reached"
+    return [
+        f"{curve.name}: start {curve.start * 100:.1f}%  median {curve.seconds_per_step:.3f} s/step  "
+        f"load avg {curve.load:.1f}",
+        f"  evals (s without eval time): {points}",
+        f"  target {target * 100:.1f}%: {reached}",
+    ]
+
+
+def verdict(ours: Curve, trl: Curve, lift: float) -> list[str]:
+    a, b = ours.reach(ours.start + lift), trl.reach(trl.start + lift)
+    speed = trl.seconds_per_step / ours.seconds_per_step if ours.seconds_per_step else float("nan")
+    lines = [f"seconds/step: hermes-nb {ours.seconds_per_step:.3f}, TRL {trl.seconds_per_step:.3f} ({speed:.2f}x)"]
+    if a is None or b is None:
+        lines.append(f"time to +{lift * 100:.0f}: hermes-nb {a}, TRL {b} (one side did not reach it)")
+        return lines
+    lines.append(
+        f"time to +{lift * 100:.0f} points (without eval): hermes-nb {a[1]:.1f} s, TRL {b[1]:.1f} s -> "
+        f"ratio hermes-nb/TRL {a[1] / b[1]:.2f} (target <= 0.5); with eval {a[2] / b[2]:.2f}"
+    )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lift", type=float, default=15.0, help="target = start accuracy + this many points")
+    parser.add_argument("--eval-every", type=int, default=25)
+    parser.add_argument("--max-seconds", type=float, default=420.0, help="give up on a side after this long")
+    parser.add_argument("--learning-rate", type=float, default=None, help="default: the quickstart config's")
+    parser.add_argument("--write", action="store_true", help="append the numbers to docs/benchmarks.md")
+    args = parser.parse_args()
+    lift = args.lift / 100
+    lr = args.learning_rate or quickstart_learning_rate()
+    header = f"2-digit addition, group {GROUP_SIZE}, {BATCH_SIZE} completions/step, lr {lr:g}, eval every {args.eval_every}"
+    print(header, flush=True)
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["HERMES_NB_HOME"] = home
+        os.environ.setdefault("WANDB_MODE", "offline")
+        ours = run_hermes(lr, args.eval_every, lift, args.max_seconds)
+    lines = [header, *describe(ours, ours.start + lift)]
+    print("\n".join(lines[1:]), flush=True)
+    trl = run_trl(lr, args.eval_every, lift, args.max_seconds, max_steps=2000)
+    lines += describe(trl, trl.start + lift) + verdict(ours, trl, lift)
+    print("\n".join(lines[len(lines) - 5 :]), flush=True)
+    if args.write:
+        write_docs(lines, ".venv/bin/python bench/vs_trl.py " + " ".join(sys.argv[1:]))
+
+
+def write_docs(lines: list[str], command: str) -> None:
+    import trl
+
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
+    if "\n## Against TRL\n" not in text:
+        text += "\n## Against TRL\n\n" + (__doc__ or "").split("\n\n", 1)[1].rsplit("\n\n", 1)[0] + "\n"
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    text += f"\n{stamp}, TRL {trl.__version__}, `{command}`:\n\n```\n" + "\n".join(lines) + "\n```\n"
+    path.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
