@@ -11,13 +11,12 @@ held-out split (``hermes_nb.env.splits``) and are therefore never training items
 
 from __future__ import annotations
 
-import asyncio
 import random
 from functools import partial
 
 from pydantic import Field, model_validator
 
-from hermes_nb.env import BaseEnv, BaseEnvConfig, QAItem, ScoredDataGroup, build_scored_group
+from hermes_nb.env import BaseEnvConfig, QAEnv, QAItem
 from hermes_nb.env.splits import draw_item, heldout_items
 
 # Completions end at the end-of-sequence token; a newline is a second, tokenizer-independent stop.
@@ -62,50 +61,22 @@ def max_completion_tokens(config: SortLettersConfig) -> int:
     return config.max_length + 2
 
 
-class SortLettersEnv(BaseEnv):
+class SortLettersEnv(QAEnv):
     name = "sort_letters"
     env_config_cls = SortLettersConfig
+    config: SortLettersConfig
 
-    def __init__(self, config: SortLettersConfig, *args: object, **kwargs: object) -> None:
-        super().__init__(config, *args, **kwargs)  # type: ignore[arg-type]
-        self.config: SortLettersConfig = config
-        self._rng = random.Random(config.seed)
+    def train_item(self) -> QAItem:
+        return train_item(self.rng, self.config)
 
-    async def get_next_item(self) -> QAItem:
-        return train_item(self._rng, self.config)
+    def eval_items(self) -> list[QAItem]:
+        return eval_items(self.config)
 
-    async def collect_trajectories(self, item: QAItem) -> tuple[ScoredDataGroup | None, list[QAItem]]:
-        completions = await self.server.sample(
-            item.prompt,
-            n=self.config.group_size,
-            max_tokens=max_completion_tokens(self.config),
-            temperature=self.config.temperature,
-            stop=STOP,
-        )
-        scores = [score_completion(c.text, item.answer) for c in completions]
-        self.percent_correct_buffer.extend(scores)
-        group = build_scored_group(
-            completions, scores, ensure_scores_are_not_same=self.config.ensure_scores_are_not_same
-        )
-        return group, []
+    def max_completion_tokens(self) -> int:
+        return max_completion_tokens(self.config)
 
-    async def evaluate(self, *args: object, **kwargs: object) -> dict[str, float]:
-        items = eval_items(self.config)
-        limit = asyncio.Semaphore(self.config.max_eval_workers)
-
-        async def greedy_score(item: QAItem) -> float:
-            async with limit:
-                [completion] = await self.server.sample(
-                    item.prompt,
-                    n=1,
-                    max_tokens=max_completion_tokens(self.config),
-                    temperature=0.0,
-                    stop=STOP,
-                )
-            return score_completion(completion.text, item.answer)
-
-        scores = await asyncio.gather(*(greedy_score(item) for item in items))
-        return {"eval/percent_correct": sum(scores) / len(scores)}
+    def score_completion(self, text: str, answer: str) -> float:
+        return score_completion(text, answer)
 
 
 if __name__ == "__main__":

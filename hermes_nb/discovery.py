@@ -22,7 +22,7 @@ from hermes_nb import home
 # The base classes an environment may derive from. Matched on the class name after resolving import aliases,
 # so ``from atroposlib.envs.base import BaseEnv as AEnv`` and ``import atroposlib.envs.base as b; b.BaseEnv`` count,
 # and so does a star import (the name is all we have then).
-ROOT_BASE_NAME = "BaseEnv"
+ROOT_BASE_NAMES = frozenset({"BaseEnv", "QAEnv"})  # QAEnv: hermes_nb.env's BaseEnv for prompt -> answer tasks
 DEFAULT_CONFIG_CLASS = "BaseEnvConfig"
 ABSTRACT_MARKERS = frozenset({"ABC", "abc.ABC", "Protocol", "typing.Protocol"})
 
@@ -316,7 +316,7 @@ class _EnvClassifier:
         visiting.add(key)
         for base in record.bases:
             short = base.rsplit(".", 1)[-1]
-            if short == ROOT_BASE_NAME:
+            if short in ROOT_BASE_NAMES:
                 return (file_scan, None)
             for candidate in self._candidates(file_scan, base, short):
                 if self._parent(*candidate, visiting) is not None:
