@@ -63,7 +63,9 @@ RAW_ALPHA_WHEN_SMOOTHED = 0.25
 # A line through one point draws nothing, so a panel would stay empty until its second point (the eval panel
 # for a whole eval interval). Marking only the newest point makes a lone point visible and shows where the run
 # is now; one marker per line keeps a frame as cheap as before.
-LATEST_POINT_MARKER: dict[str, Any] = {"marker": "o", "markersize": 4.0, "markevery": [-1]}
+# Unclipped: the first point sits on the step axis's left edge (0), where a clipped marker shows only half.
+# The axis limits always hold the data (limits.grow), so nothing else is drawn outside a panel.
+LATEST_POINT_MARKER: dict[str, Any] = {"marker": "o", "markersize": 4.0, "markevery": [-1], "clip_on": False}
 
 
 @dataclass

@@ -61,6 +61,8 @@ PLOT_FINISH_S = 15.0  # a few refresh intervals (1 s each)
 PLOT_FRAMES_WANTED = 3  # the first frame and two changes
 # The mid-run screenshot (docs/img/dashboard.png) waits for a few training steps, so the plot shows lines.
 PROGRESS_STEPS_WANTED = 3
+# Tall enough for the whole dashboard (picker, form with its first section open, monitor, plot) in one picture.
+DOCS_VIEWPORT_HEIGHT = 2300
 
 
 def test_dashboard_in_jupyterlab(
@@ -199,7 +201,17 @@ def _start_shows_progress_and_the_plot_changes_after_the_cell_finished(
     )
     assert "running" in status.inner_text(), status.inner_text()
     assert notebook.prompt(DASHBOARD) == dashboard_prompt
-    return screenshots.take(page, "mid-run", MONITOR)
+    return _whole_dashboard_shot(page, screenshots)
+
+
+def _whole_dashboard_shot(page: Any, screenshots: Screenshots) -> Path:
+    """The mid-run picture for the docs: picker, form, monitor and plot in one view (a page as tall as them)."""
+    normal = page.viewport_size
+    page.set_viewport_size({"width": normal["width"], "height": DOCS_VIEWPORT_HEIGHT})
+    try:
+        return screenshots.take(page, "mid-run", DASHBOARD_VIEW)
+    finally:
+        page.set_viewport_size(normal)
 
 
 def _new_frame(notebook: NotebookPage, frames: list[str]) -> str | None:

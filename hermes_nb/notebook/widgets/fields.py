@@ -21,6 +21,8 @@ INPUT_LAYOUT = {"width": "420px", "flex": "0 0 auto"}
 # Beside each input: the bounds ("≥ 2, ≤ 256" on one line), then the error, which takes the rest of the row.
 HINT_LAYOUT = {"width": "140px", "flex": "0 0 auto", "margin": "0 0 0 8px"}
 ERROR_LAYOUT = {"flex": "1 1 320px", "min_width": "320px"}
+# A checkbox's name is drawn after the box, past the label column: the width of the other inputs would cut it.
+CHECKBOX_LAYOUT = {"width": "560px", "flex": "0 0 auto"}
 BOUND_SYMBOLS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<", "min_length": "length ≥", "max_length": "length ≤"}
 NULL_TEXT = "none"
 
@@ -47,7 +49,7 @@ def field_input(field: ConfigField) -> widgets.ValueWidget:
         options = [(str(c), c) for c in choices] + ([(NULL_TEXT, None)] if nullable else [])
         box = widgets.Dropdown(options=options, value=field.value, **common)
     elif kinds == ["bool"]:
-        box = widgets.Checkbox(value=bool(field.value), indent=True, **common)
+        box = widgets.Checkbox(value=bool(field.value), indent=True, **{**common, "layout": CHECKBOX_LAYOUT})
     elif kinds == ["int"]:
         box = widgets.IntText(value=field.value, **common)
     elif kinds == ["float"]:

@@ -19,13 +19,13 @@ LIST_ROWS = 8
 LABEL_CHARS = 72
 # The list is as wide as LABEL_CHARS at the notebook's font (about 7.5 px a character) plus its label, so a
 # label is cut by LABEL_CHARS with an ellipsis, never by the widget's edge; the details beside it take the rest.
-LIST_LAYOUT = {"width": "640px", "flex": "0 0 auto"}
+LIST_LAYOUT = {"width": "760px", "flex": "0 0 auto"}
 
 
 class EnvironmentPicker:
     def __init__(self) -> None:
         self.filter = widgets.Text(
-            placeholder="filter by name or description", description="Filter", layout={"width": "640px"}
+            placeholder="filter by name or description", description="Filter", layout={"width": LIST_LAYOUT["width"]}
         )
         self.filter.add_class("hermes-nb-picker-filter")
         self.list = widgets.Select(options=[], rows=LIST_ROWS, description="Environment", layout=LIST_LAYOUT)
