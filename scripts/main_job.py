@@ -25,6 +25,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out"), help="output folder (default: out)")
     parser.add_argument("--notebook", type=Path, default=NOTEBOOK, help="notebook to execute (default: quickstart)")
+    parser.add_argument(
+        "--total-steps", type=int, default=None, help="a shorter (or longer) run than configs/quickstart.yaml's"
+    )
     return parser.parse_args(argv)
 
 
@@ -54,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
 
     before = set(known_run_ids())
     print(f"executing {args.notebook} (home {home_dir}) ...", flush=True)
-    execution = execute_notebook(args.notebook, out / args.notebook.name, cwd=args.notebook.parent)
+    parameters = {"overrides": {"total_steps": args.total_steps}} if args.total_steps else None
+    execution = execute_notebook(
+        args.notebook, out / args.notebook.name, cwd=args.notebook.parent, parameters=parameters
+    )
     new_runs = [run_id for run_id in known_run_ids() if run_id not in before]
     stop_leftover_runs(new_runs)
     print(f"executed notebook: {execution.output} ({execution.seconds:.0f} s)")

@@ -43,15 +43,21 @@ def execute_notebook(
     env: Mapping[str, str] | None = None,
     cell_timeout_s: int = DEFAULT_CELL_TIMEOUT_S,
     kernel_name: str = "python3",
+    parameters: Mapping[str, Any] | None = None,
 ) -> NotebookExecution:
     """Run every cell of ``source`` in a fresh kernel (working directory ``cwd``, default the notebook's own)
-    with ``env`` added to this process's environment; write the executed notebook to ``output``."""
+    with ``env`` added to this process's environment; write the executed notebook to ``output``.
+
+    ``parameters`` (papermill's convention) are assigned in a cell inserted after the cell tagged ``parameters``,
+    so a notebook runs as written by default and a caller (the test suite) can ask for a shorter run."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     source, output = Path(source), Path(output)
     book = nbformat.read(source, as_version=4)
+    if parameters:
+        inject_parameters(book, parameters)
     client = NotebookClient(
         book,
         timeout=cell_timeout_s,
@@ -71,6 +77,18 @@ def execute_notebook(
     output.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(book, output)
     return NotebookExecution(source=str(source), output=str(output), seconds=round(seconds, 1), error=error)
+
+
+def inject_parameters(book: Any, parameters: Mapping[str, Any]) -> None:
+    """Insert ``name = value`` assignments after the cell tagged ``parameters`` (an error if there is none)."""
+    import nbformat
+
+    tagged = [i for i, cell in enumerate(book.cells) if "parameters" in cell.get("metadata", {}).get("tags", [])]
+    if not tagged:
+        raise ValueError("parameters: the notebook has no cell tagged 'parameters' to override")
+    source = "# Injected parameters\n" + "".join(f"{name} = {value!r}\n" for name, value in parameters.items())
+    cell = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
+    book.cells.insert(tagged[0] + 1, cell)
 
 
 def error_outputs(book: Any) -> list[str]:
