@@ -12,6 +12,9 @@ quickstart config (``configs/quickstart.yaml``, read when the bench starts) as t
    ``trainer.transfer_learning`` with ``replay_from`` = the A run, ``transfer_weight``, ``fine_tune_steps`` = B's
    steps). Each trains ``--b-steps`` steps.
 
+Which pair transfers: A's final checkpoint and the base model are also evaluated (greedy, held-out) on every
+operation, i.e. what A's training carries to each candidate B before B trains at all.
+
 The crossing step of an arm is the first evaluation (``eval/percent_correct`` in ``env_metrics.jsonl``, greedy on
 ``eval_items`` held-out items, every ``steps_per_eval`` steps; step 0 is the evaluation before the first step) at
 or above ``--target``. Seconds run from the arm's first trainer step (``metrics.jsonl``) to that evaluation's wall
@@ -24,7 +27,7 @@ the A items of the same seed. (``rl_test_inference`` would measure something els
 the environment's temperature, a few groups per model.) The A run's own last evaluation is printed next to this
 evaluation of its final checkpoint as a check that the two agree.
 
-    .venv/bin/python bench/transfer.py [--quick] [--seeds 0 1] [--a-steps 200] [--b-steps 150] [--target 0.3]
+    .venv/bin/python bench/transfer.py [--quick] [--seeds 0 1] [--a-steps 200] [--b-steps 150] [--target 0.33]
                                        [--b-operation mixed] [--set NAME=VALUE ...] [--write]
 """
 
@@ -55,6 +58,11 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Transfer learning"
 
 ARMS = ("from base", "from A", "from A + replay")
+OPERATIONS = ("add", "sub", "mixed")
+# Besides the target, the crossing steps at a few bars below it (3 points apart: about one binomial standard
+# error of a 200-item evaluation near 30%), since a single bar near one arm's start decides the ratio alone.
+THRESHOLDS = 3
+THRESHOLD_STEP = 0.03
 
 
 @dataclass
@@ -89,7 +97,8 @@ class SeedOutcome:
     seed: int
     a: Arm
     arms: dict[str, Arm]
-    base_a_accuracy: float
+    # Per operation: greedy held-out accuracy of (the base model, A's final checkpoint): what A carries to each B.
+    zero_step: dict[str, tuple[float, float | None]]
     load: float
 
 
@@ -217,11 +226,16 @@ def bench_seed(plan: Plan, seed: int) -> SeedOutcome:
     print(f"seed {seed}: B = {plan.b_operation}, {plan.b_steps} steps, three runs together", flush=True)
     arms = train_b(plan, seed, a)
     load = os.getloadavg()[0]
-    evaluator = TaskAEvaluator(seed, plan.eval_items)
-    base_a = evaluator.accuracy(str(embedded_base_model_dir()))
+    evaluator = HeldOutEvaluator(A_OPERATION, seed, plan.eval_items)
+    base_model = str(embedded_base_model_dir())
     for arm in [a, *arms.values()]:
         arm.a_accuracy = evaluator.accuracy(arm.checkpoint) if arm.checkpoint else None
-    return SeedOutcome(seed=seed, a=a, arms=arms, base_a_accuracy=base_a, load=load)
+    zero_step = {
+        op: (ev.accuracy(base_model), ev.accuracy(a.checkpoint) if a.checkpoint else None)
+        for op in OPERATIONS
+        for ev in [evaluator if op == A_OPERATION else HeldOutEvaluator(op, seed, plan.eval_items)]
+    }
+    return SeedOutcome(seed=seed, a=a, arms=arms, zero_step=zero_step, load=load)
 
 
 # ---------------------------------------------------------------- task-A evaluation in this process
@@ -237,12 +251,13 @@ def load_arithmetic() -> ModuleType:
     return module
 
 
-class TaskAEvaluator:
-    """Greedy held-out accuracy on task A, exactly as the environment evaluates it (its items, its checker)."""
+class HeldOutEvaluator:
+    """Greedy held-out accuracy on one arithmetic operation, exactly as the environment evaluates it (its items,
+    its checker, its completion length, its stop)."""
 
-    def __init__(self, seed: int, eval_items: int) -> None:
+    def __init__(self, operation: str, seed: int, eval_items: int) -> None:
         module = load_arithmetic()
-        config = module.ArithmeticConfig(operation=A_OPERATION, seed=seed, eval_items=eval_items)
+        config = module.ArithmeticConfig(operation=operation, seed=seed, eval_items=eval_items)
         self.items = module.eval_items(config)
         self.max_tokens = module.max_completion_tokens(config)
         self.score = module.score_completion
@@ -294,7 +309,9 @@ def seed_lines(plan: Plan, outcome: SeedOutcome) -> list[str]:
     lines = [
         f"seed {outcome.seed} (load avg {outcome.load:.1f}): A {A_OPERATION} {pct(a.evals[0][2])} -> "
         f"{pct(a_last[2])} at step {a_last[0]} ({a.seconds_per_step:.2f} s/step); its final checkpoint here: "
-        f"{pct(a.a_accuracy)}; base model on A: {pct(outcome.base_a_accuracy)}",
+        f"{pct(a.a_accuracy)}",
+        "  base model -> A's final checkpoint, greedy held-out: "
+        + ", ".join(f"{op} {pct(base)} -> {pct(after)}" for op, (base, after) in outcome.zero_step.items()),
         f"  {'arm':<16} {'B start':>8} {'B end':>7} {'reaches ' + pct(plan.target):>18} {'s/step':>7} {'A after B':>9}",
     ]
     for arm in outcome.arms.values():
@@ -303,7 +320,18 @@ def seed_lines(plan: Plan, outcome: SeedOutcome) -> list[str]:
             f"{crossing_text(arm, plan.target, plan.b_steps):>18} {arm.seconds_per_step:>7.2f} {pct(arm.a_accuracy):>9}"
         )
         lines.append("    curve: " + " ".join(f"{step}:{acc * 100:.0f}" for step, _, acc in arm.evals))
+    lines.append(f"  first step at or above ({' / '.join(outcome.arms)}): " + thresholds_text(plan, outcome))
     return lines
+
+
+def thresholds_text(plan: Plan, outcome: SeedOutcome) -> str:
+    """Crossing steps at the target and below it: how the comparison depends on where the bar is set."""
+    bars = sorted({round(plan.target - k * THRESHOLD_STEP, 3) for k in range(THRESHOLDS)})
+    parts = []
+    for bar in bars:
+        steps = [arm.crossing(bar) for arm in outcome.arms.values()]
+        parts.append(f"{pct(bar)} " + "/".join("–" if s is None else str(s[0]) for s in steps))
+    return ", ".join(parts)
 
 
 def step_ratio(outcome: SeedOutcome, target: float, cap: int) -> tuple[float | None, float | None]:
@@ -332,16 +360,26 @@ def summary_lines(plan: Plan, outcomes: list[SeedOutcome]) -> list[str]:
             + f"; seconds ratio {'–' if seconds is None else f'{seconds:.2f}'}; "
             + ("target met" if ok else "target NOT met")
         )
-    retained = {
-        name: [o.arms[name].a_accuracy for o in outcomes if o.arms[name].a_accuracy is not None] for name in ARMS
-    }
-    a_final = [o.a.a_accuracy for o in outcomes if o.a.a_accuracy is not None]
+    retained = {name: known([o.arms[name].a_accuracy for o in outcomes]) for name in ARMS}
+    a_final = known([o.a.a_accuracy for o in outcomes])
+    lines.append(
+        "A's final checkpoint vs the base model, greedy held-out, mean over seeds: "
+        + ", ".join(
+            f"{op} {pct(mean([o.zero_step[op][0] for o in outcomes]))} -> "
+            f"{pct(mean(known([o.zero_step[op][1] for o in outcomes])))}"
+            for op in OPERATIONS
+        )
+    )
     lines.append(
         f"target (from A <= {TARGET_STEP_RATIO:.0%} of the steps to {pct(plan.target)}): met for {met}/{len(outcomes)} "
         f"seeds. Task A held-out accuracy, mean over seeds: after A {pct(mean(a_final))}; after B "
         + ", ".join(f"{name} {pct(mean(values))}" for name, values in retained.items())
     )
     return lines
+
+
+def known(values: list[float | None]) -> list[float]:
+    return [v for v in values if v is not None]
 
 
 def mean(values: list[float]) -> float | None:
@@ -394,9 +432,9 @@ def parse_plan(argv: list[str] | None = None) -> tuple[Plan, bool]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one seed, shorter runs (a smoke check, ~6 min)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--a-steps", type=int, default=150)
-    parser.add_argument("--b-steps", type=int, default=100)
-    parser.add_argument("--target", type=float, default=0.30, help="held-out accuracy on B to reach")
+    parser.add_argument("--a-steps", type=int, default=200)
+    parser.add_argument("--b-steps", type=int, default=150)
+    parser.add_argument("--target", type=float, default=0.33, help="held-out accuracy on B to reach")
     parser.add_argument("--b-operation", choices=("sub", "mixed"), default="mixed")
     parser.add_argument("--steps-per-eval", type=int, default=10)
     parser.add_argument("--eval-items", type=int, default=200)

@@ -115,7 +115,7 @@ def test_pretrained_best_picks_the_checkpoint_with_the_best_evaluation(base_mode
 
 
 def test_pretrained_path_that_is_no_model_is_refused(base_model: Path, tmp_path: Path) -> None:
-    with pytest.raises(TransferError, match=r"trainer.pretrained_model_path: .* no config.json"):
+    with pytest.raises(TransferError, match=r"trainer.pretrained_model_path: .*\(no config.json there\)"):
         resolve_transfer(config(pretrained_model_path=str(tmp_path / "missing")), base_model)
 
 
