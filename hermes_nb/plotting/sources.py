@@ -15,7 +15,12 @@ from hermes_nb import home
 from hermes_nb.errors import HermesNBError, UnknownRunError
 from hermes_nb.metrics.reader import read_metrics
 from hermes_nb.plotting.figure import PLOTTED_KEYS
-from hermes_nb.protocol.metrics import ENV_METRICS_FILE, TRAINER_METRICS_FILE, MetricsRow
+from hermes_nb.protocol.metrics import (
+    ENV_METRICS_FILE,
+    ENV_PREFERRED_KEYS,
+    TRAINER_METRICS_FILE,
+    MetricsRow,
+)
 from hermes_nb.runs.lineage import predecessor_rows
 from hermes_nb.runs.state import RunStateUnreadable, read_run_state
 
@@ -43,8 +48,9 @@ class RunFilesSource:
         if not self.run_dir.is_dir():
             raise UnknownRunError(f"run {run_id!r} not found in {home.runs_dir()} (see %rl_runs)")
         self._offsets = {TRAINER_METRICS_FILE: 0, ENV_METRICS_FILE: 0}
+        self._env_has: set[str] = set()  # ENV_PREFERRED_KEYS the environment has logged so far
         # A resumed run's curve continues the one it resumed from: those rows come with the first poll.
-        self._earlier = [row for name in self._offsets for row in predecessor_rows(run_id, name)]
+        self._earlier = {name: predecessor_rows(run_id, name) for name in self._offsets}
 
     def finished(self) -> bool:
         try:
@@ -53,11 +59,22 @@ class RunFilesSource:
             return False  # not written yet: the run is still starting
 
     def poll(self) -> list[MetricsRow]:
-        rows, self._earlier = self._earlier, []
+        earlier, self._earlier = self._earlier, {}
+        new: dict[str, list[MetricsRow]] = {}
         for name, offset in self._offsets.items():
-            new_rows, self._offsets[name] = read_metrics(self.run_dir / name, offset)
-            rows += new_rows
-        return rows
+            rows, self._offsets[name] = read_metrics(self.run_dir / name, offset)
+            new[name] = earlier.get(name, []) + rows
+        for row in new[ENV_METRICS_FILE]:
+            self._env_has |= ENV_PREFERRED_KEYS & row.values.keys()
+        trainer_rows = [without_keys(row, self._env_has) for row in new[TRAINER_METRICS_FILE]]
+        return trainer_rows + new[ENV_METRICS_FILE]
+
+
+def without_keys(row: MetricsRow, keys: set[str]) -> MetricsRow:
+    """``row`` less ``keys``: the trainer's value of a key the environment logs too (see ENV_PREFERRED_KEYS)."""
+    if not keys & row.values.keys():
+        return row
+    return row.model_copy(update={"values": {k: v for k, v in row.values.items() if k not in keys}})
 
 
 class WandbHistoryClient(Protocol):

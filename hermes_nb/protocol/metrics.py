@@ -19,6 +19,12 @@ TRAIN_SEQUENCES_PER_SECOND = "train/sequences_per_second"
 TRAIN_TOKENS_PER_SECOND = "train/tokens_per_second"
 TRAIN_STEP_SECONDS = "train/step_seconds"
 
+# Both the trainer and the environment log these. The environment's value covers every completion it sampled;
+# the trainer's only the sequences in the batch it trained on, which excludes groups dropped for having equal
+# scores (ensure_scores_are_not_same) and so reads higher. Readers showing "how often the policy is right"
+# (status, the plot) take the environment's value and fall back to the trainer's.
+ENV_PREFERRED_KEYS = frozenset({TRAIN_REWARD_MEAN, TRAIN_PERCENT_CORRECT})
+
 # Files in the run directory, one JSON object per line.
 TRAINER_METRICS_FILE = "metrics.jsonl"
 ENV_METRICS_FILE = "env_metrics.jsonl"

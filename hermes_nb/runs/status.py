@@ -39,15 +39,22 @@ def process_statuses(state: RunState) -> list[ProcessStatus]:
     return result
 
 
+def _latest(key: str, *row_lists: list[MetricsRow]) -> float | None:
+    """The newest value of ``key`` in the first list that has one."""
+    for rows in row_lists:
+        for row in reversed(rows):
+            if key in row.values:
+                return row.values[key]
+    return None
+
+
 def latest_metrics(trainer_rows: list[MetricsRow], env_rows: list[MetricsRow]) -> LatestMetrics:
-    last = trainer_rows[-1] if trainer_rows else None
-    evals = [row for row in env_rows if keys.EVAL_PERCENT_CORRECT in row.values]
     return LatestMetrics(
-        step=last.step if last else None,
-        reward_mean=last.values.get(keys.TRAIN_REWARD_MEAN) if last else None,
-        percent_correct=last.values.get(keys.TRAIN_PERCENT_CORRECT) if last else None,
-        loss=last.values.get(keys.TRAIN_LOSS) if last else None,
-        eval_percent_correct=evals[-1].values[keys.EVAL_PERCENT_CORRECT] if evals else None,
+        step=trainer_rows[-1].step if trainer_rows else None,
+        reward_mean=_latest(keys.TRAIN_REWARD_MEAN, env_rows, trainer_rows),
+        percent_correct=_latest(keys.TRAIN_PERCENT_CORRECT, env_rows, trainer_rows),
+        loss=_latest(keys.TRAIN_LOSS, trainer_rows),
+        eval_percent_correct=_latest(keys.EVAL_PERCENT_CORRECT, env_rows),
     )
 
 
