@@ -81,8 +81,13 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def one_run(seed: int, budget: float, config: Path, overrides: dict[str, Any]) -> SeedResult:
-    from hermes_nb.api import rl_check_status, rl_load_config, rl_select_environment, rl_start_training
-    from hermes_nb.api import rl_stop_training
+    from hermes_nb.api import (
+        rl_check_status,
+        rl_load_config,
+        rl_select_environment,
+        rl_start_training,
+        rl_stop_training,
+    )
     from hermes_nb.runs.layout import RunPaths
 
     asyncio.run(rl_select_environment(ENVIRONMENT))
@@ -122,9 +127,7 @@ def collect(seed: int, paths: Any, launched: float, t0: float) -> SeedResult:
     evals = [r for r in read_rows(paths.env_metrics) if "eval/percent_correct" in r["values"]]
     start = next(r for r in evals if r["step"] == 0)["values"]["eval/percent_correct"]
     result = SeedResult(seed=seed, startup_s=t0 - launched, start_accuracy=start, load=os.getloadavg())
-    result.evals = [
-        (r["step"], r["time"] - t0, r["values"]["eval/percent_correct"]) for r in evals if r["step"] > 0
-    ]
+    result.evals = [(r["step"], r["time"] - t0, r["values"]["eval/percent_correct"]) for r in evals if r["step"] > 0]
     step_seconds = [r["values"]["train/step_seconds"] for r in steps[1:]]
     result.seconds_per_step = statistics.median(step_seconds) if step_seconds else 0.0
     return result
@@ -180,8 +183,10 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="append the numbers to docs/benchmarks.md")
     args = parser.parse_args()
     overrides = parse_overrides(args.overrides)
-    lines = [f"config {args.config.relative_to(ROOT) if args.config.is_relative_to(ROOT) else args.config}"
-             + (f" with {overrides}" if overrides else "")]
+    lines = [
+        f"config {args.config.relative_to(ROOT) if args.config.is_relative_to(ROOT) else args.config}"
+        + (f" with {overrides}" if overrides else "")
+    ]
     print(lines[0], flush=True)
     results = []
     for seed in args.seeds:

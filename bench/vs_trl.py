@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import random
 import statistics
@@ -76,13 +77,18 @@ def quickstart_learning_rate() -> float:
 
 
 def run_hermes(lr: float, eval_every: int, target_lift: float, max_seconds: float) -> Curve:
-    from hermes_nb.api import rl_check_status, rl_load_config, rl_select_environment, rl_start_training
-    from hermes_nb.api import rl_stop_training
+    from hermes_nb.api import (
+        rl_check_status,
+        rl_load_config,
+        rl_select_environment,
+        rl_start_training,
+        rl_stop_training,
+    )
     from hermes_nb.runs.layout import RunPaths
 
     asyncio.run(rl_select_environment("arithmetic"))
     asyncio.run(rl_load_config(QUICKSTART))
-    overrides = {
+    overrides: dict[str, Any] = {
         "group_size": GROUP_SIZE,
         "batch_size": BATCH_SIZE,
         "temperature": TEMPERATURE,
@@ -154,7 +160,8 @@ def greedy_accuracy(model: Any, tokenizer: Any, items: list[Any]) -> float:
     texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     if was_training:
         model.train()
-    right = [arithmetic.score_completion(text.split("\n")[0], item.answer) for text, item in zip(texts, items)]
+    pairs = zip(texts, items, strict=True)
+    right = [arithmetic.score_completion(text.split("\n")[0], item.answer) for text, item in pairs]
     return sum(right) / len(items)
 
 
@@ -166,8 +173,8 @@ def trl_dataset(rows: int) -> Any:
     return Dataset.from_dict({"prompt": [i.prompt for i in items], "answer": [i.answer for i in items]})
 
 
-def reward(prompts: list[str], completions: list[str], answer: list[str], **_: Any) -> list[float]:
-    return [arithmetic.score_completion(c.split("\n")[0], a) for c, a in zip(completions, answer)]
+def reward(prompts: list[str], completions: list[str], answer: list[str], **_: Any) -> list[float | None]:
+    return [arithmetic.score_completion(c.split("\n")[0], a) for c, a in zip(completions, answer, strict=True)]
 
 
 def run_trl(lr: float, eval_every: int, target_lift: float, max_seconds: float, max_steps: int) -> Curve:
@@ -184,7 +191,7 @@ def run_trl(lr: float, eval_every: int, target_lift: float, max_seconds: float, 
     curve = Curve("TRL GRPOTrainer", start=greedy_accuracy(model, tokenizer, items))
     target = curve.start + target_lift
 
-    class Clock(TrainerCallback):  # type: ignore[misc]
+    class Clock(TrainerCallback):
         def __init__(self) -> None:
             self.t0: float | None = None
             self.eval_spent = 0.0
@@ -239,7 +246,7 @@ def run_trl(lr: float, eval_every: int, target_lift: float, max_seconds: float, 
             callbacks=[clock],
         )
         trainer.train()
-    gaps = [b - a for a, b in zip(clock.step_ends, clock.step_ends[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(clock.step_ends)]
     # A gap after an evaluation step includes the evaluation; leave those out of the per-step time.
     steps = [g for i, g in enumerate(gaps, start=2) if (i - 1) % eval_every]
     curve.seconds_per_step = statistics.median(steps) if steps else 0.0
@@ -286,7 +293,8 @@ def main() -> None:
     args = parser.parse_args()
     lift = args.lift / 100
     lr = args.learning_rate or quickstart_learning_rate()
-    header = f"2-digit addition, group {GROUP_SIZE}, {BATCH_SIZE} completions/step, lr {lr:g}, eval every {args.eval_every}"
+    header = f"2-digit addition, group {GROUP_SIZE}, {BATCH_SIZE} completions/step, lr {lr:g}"
+    header += f", eval every {args.eval_every} steps"
     print(header, flush=True)
     with tempfile.TemporaryDirectory() as home:
         os.environ["HERMES_NB_HOME"] = home
