@@ -163,6 +163,7 @@ class _Manager:
         self.batch_size = self.config.batch_size
         self.max_token_len = self.config.max_token_length
         self.eval_task: asyncio.Task[None] | None = None
+        self.initial_eval_task: asyncio.Task[None] | None = None
         self.last_eval_step = 0
         self.queue_groups = 0
 
@@ -185,7 +186,12 @@ class _Manager:
 
     async def run(self) -> ServeOutcome:
         if self.step < self.total_steps:
-            await self.evaluate_blocking(self.step, "before training")
+            # Unlike later evaluations, the first one does not hold the workers back: the policy cannot change
+            # before the trainer has a first batch, which only these workers can produce, so it measures the
+            # starting policy either way (the trainer's first step after it ends is the exception) while the
+            # first step comes sooner. Its requests share the inference server's batches with the workers'.
+            logger.info("evaluating before training (step %d), alongside the first groups", self.step)
+            self.initial_eval_task = asyncio.create_task(self.evaluate_and_log(self.step))
         while not self.stop.is_set():
             status = await self.link.status()
             self.queue_groups = status.queue_size
@@ -204,6 +210,8 @@ class _Manager:
     async def finish(self) -> ServeOutcome:
         logger.info("trainer reached step %d of %d; final evaluation", self.step, self.total_steps)
         await self.cancel_workers()
+        if self.initial_eval_task is not None:
+            await asyncio.gather(self.initial_eval_task, return_exceptions=True)
         await self.evaluate_blocking(self.step, "at the end")
         return self.outcome("completed" if not self.stop.is_set() else "stopped")
 
@@ -212,9 +220,10 @@ class _Manager:
 
     async def shutdown(self) -> None:
         await self.cancel_workers()
-        if self.eval_task is not None:
-            self.eval_task.cancel()
-            await asyncio.gather(self.eval_task, return_exceptions=True)
+        for task in (self.eval_task, self.initial_eval_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.log_train_row()
 
     # ---- metrics -------------------------------------------------------------------------------------------
