@@ -42,7 +42,7 @@ class TrainerConfig(BaseModel):
         default=25, ge=0, description="Checkpoint every this many steps (0 = only the final one)."
     )
     seed: int = Field(default=0, ge=0, description="Seed of the trainer and the sampler.")
-    torch_threads: int | None = Field(default=None, ge=1, le=512, description="torch threads (None = auto).")
+    torch_threads: int | None = Field(default=None, ge=1, le=512, description="torch threads (None = half the cores).")
     pretrained_model_path: str | None = Field(
         default=None, description="Start from these weights: a run id, a checkpoint path or a model directory."
     )
