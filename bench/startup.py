@@ -31,7 +31,13 @@ def import_floor_seconds() -> float:
 
 def one_start() -> tuple[float, float]:
     """(seconds to status running, seconds to the first metrics row)."""
-    from hermes_nb.api import rl_check_status, rl_load_config, rl_select_environment, rl_start_training, rl_stop_training
+    from hermes_nb.api import (
+        rl_check_status,
+        rl_load_config,
+        rl_select_environment,
+        rl_start_training,
+        rl_stop_training,
+    )
     from hermes_nb.runs.layout import RunPaths
 
     root = Path(__file__).resolve().parent.parent
@@ -71,7 +77,10 @@ def main() -> None:
     print(f"start -> first trainer step median {to_step:6.2f} s  ({[round(s[1], 2) for s in samples]})")
     print(f"import floor (python + torch + transformers) median {floor:.2f} s")
     print(f"ratio first step / import floor: {to_step / floor:.2f}")
-    print(f"ratio anchor fixed sleeps / ours: {ANCHOR_FIXED_SLEEPS_SECONDS / to_step:.1f}x (anchor {ANCHOR_FIXED_SLEEPS_SECONDS} s)")
+    print(
+        f"ratio anchor fixed sleeps / ours: {ANCHOR_FIXED_SLEEPS_SECONDS / to_step:.1f}x "
+        f"(anchor {ANCHOR_FIXED_SLEEPS_SECONDS} s)"
+    )
 
 
 if __name__ == "__main__":
