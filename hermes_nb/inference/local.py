@@ -23,8 +23,9 @@ from pathlib import Path
 import httpx
 
 from hermes_nb.errors import HermesNBError
+from hermes_nb.logtail import tail_lines
 from hermes_nb.net import LOOPBACK, free_port
-from hermes_nb.runs.processes import _die_with_parent, describe_exit, group_alive, tail_lines
+from hermes_nb.runs.processes import _die_with_parent, describe_exit, group_alive
 
 # A process that ignored SIGTERM this long is killed: a CPU server stops within a batch (well under a second).
 STOP_GRACE_S = 5.0

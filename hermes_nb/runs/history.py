@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from hermes_nb.errors import HermesNBError
+from hermes_nb.logtail import tail_lines
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.metrics import MetricsRow
-from hermes_nb.runs import processes
 from hermes_nb.runs.checkpoint_index import read_checkpoints
 from hermes_nb.runs.layout import PROCESS_NAMES, RunPaths
 from hermes_nb.runs.lineage import predecessor_rows
@@ -24,7 +24,7 @@ MAX_LOG_LINES = 10_000
 
 
 def _last_step(paths: RunPaths) -> int:
-    tail = processes.tail_lines(paths.metrics, 1)
+    tail = tail_lines(paths.metrics, 1)
     if not tail:
         return 0
     try:
@@ -112,4 +112,4 @@ def tail_logs(run_id: str | None, process: str = "trainer", lines: int = 50) -> 
         raise HermesNBError(f"lines: {lines} is out of range; choose 1 to {MAX_LOG_LINES}")
     paths = resolve_run(run_id)
     path = paths.logs[process]
-    return LogTail(run_id=paths.run_id, process=process, path=str(path), lines=processes.tail_lines(path, lines))
+    return LogTail(run_id=paths.run_id, process=process, path=str(path), lines=tail_lines(path, lines))

@@ -144,24 +144,6 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-def tail_lines(path: Path, lines: int) -> list[str]:
-    """The last ``lines`` lines of a text file, reading only its end."""
-    if lines <= 0 or not path.is_file():
-        return []
-    chunk = 8192
-    with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        end = handle.tell()
-        data = b""
-        while end > 0 and data.count(b"\n") <= lines:
-            start = max(0, end - chunk)
-            handle.seek(start)
-            data = handle.read(end - start) + data
-            end = start
-    text = data.decode("utf-8", errors="replace")
-    return text.splitlines()[-lines:]
-
-
 def send_signal(record: ProcessRecord, sig: int) -> bool:
     """Signal one process, only if it is still the one recorded (pid and start time)."""
     if not is_same_process_alive(record):

@@ -10,6 +10,7 @@ import time
 
 import psutil
 
+from hermes_nb.logtail import tail_lines
 from hermes_nb.runs import processes
 from hermes_nb.runs.layout import RunPaths
 from hermes_nb.runs.state import ProcessRecord, RunState, read_run_state, write_run_state
@@ -62,7 +63,7 @@ def reconcile(paths: RunPaths, state: RunState, *, final_status: str = "failed")
         return state
     children = [r for name, r in state.processes.items() if name != "supervisor" and _group_is_the_runs(r)]
     processes.terminate_groups(children, grace_seconds=ORPHAN_STOP_GRACE)
-    tail = processes.tail_lines(paths.logs["supervisor"], 10)
+    tail = tail_lines(paths.logs["supervisor"], 10)
     detail = "\n".join(f"    {line}" for line in tail)
     error = f"{cause} (log: {paths.logs['supervisor']})" + (f"\n  last lines of the log:\n{detail}" if tail else "")
     updated = state.model_copy(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from hermes_nb.logtail import tail_lines
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.metrics import MetricsRow
@@ -77,7 +78,7 @@ def build_status(paths: RunPaths, state: RunState) -> RunStatus:
     trainer_rows = read_all_metrics(paths.metrics)
     env_rows = read_all_metrics(paths.env_metrics)
     failed_log = paths.logs.get(state.failed_process or "")
-    tail = processes.tail_lines(failed_log, FAILURE_LOG_LINES) if state.status == "failed" and failed_log else []
+    tail = tail_lines(failed_log, FAILURE_LOG_LINES) if state.status == "failed" and failed_log else []
     return RunStatus(
         run_id=state.run_id,
         environment=state.environment,

@@ -23,6 +23,7 @@ import httpx
 import psutil
 
 from hermes_nb.config import RunConfig
+from hermes_nb.logtail import tail_lines
 from hermes_nb.net import LOOPBACK
 from hermes_nb.runs import processes
 from hermes_nb.runs.layout import RunPaths
@@ -105,7 +106,7 @@ class Supervisor:
         if code is not None:
             cause = f"{processes.describe_exit(code)} {cause}"
         log_path = self.paths.logs[name]
-        tail = processes.tail_lines(log_path, LOG_TAIL_LINES)
+        tail = tail_lines(log_path, LOG_TAIL_LINES)
         return LaunchFailed(process=name, cause=cause, log_path=str(log_path), log_tail=tail)
 
     def first_dead_child(self) -> str | None:
