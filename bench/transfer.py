@@ -173,8 +173,8 @@ def stop_all(arms: list[Arm]) -> None:
 
 def collect(arm: Arm) -> None:
     from hermes_nb.metrics.reader import read_all_metrics
+    from hermes_nb.protocol.checkpoints import read_checkpoints
     from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT
-    from hermes_nb.runs.checkpoint_index import read_checkpoints
     from hermes_nb.runs.registry import resolve_run
 
     paths = resolve_run(arm.run_id)

@@ -3,8 +3,9 @@
 A subclass says only how its items are made and checked: ``train_item`` (from ``self.rng``), ``eval_items``
 (held-out, never training items), ``max_completion_tokens`` and, when exact match is not the rule,
 ``score_completion``. Training samples ``group_size`` completions per prompt at ``config.temperature``; the
-evaluation is greedy over the held-out items, ``max_eval_workers`` requests at a time, and reports
-``eval/percent_correct``.
+evaluation is greedy over the held-out items, sent as a few multi-prompt requests (``eval_chunk_size`` prompts
+each, ``max_eval_workers`` at a time), and reports ``eval/percent_correct`` and, when the server says which
+weights answered, ``eval/policy_step``.
 """
 
 from __future__ import annotations
@@ -18,14 +19,18 @@ from typing import Any, ClassVar
 from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.config import APIServerConfig, BaseEnvConfig
 from hermes_nb.env.scoring import build_scored_group
-from hermes_nb.env.types import QAItem
-from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT
+from hermes_nb.env.types import QAItem, SampledBatch
+from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, EVAL_POLICY_STEP
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 
 
 class QAEnv(BaseEnv):
     # Completions end at the end-of-sequence token; a newline is a second, tokenizer-independent stop.
     stop: ClassVar[list[str]] = ["\n"]
+    # Held-out prompts per evaluation request. The server samples a request as one batch from one policy
+    # version, so with the default 200 items an evaluation measures exactly one set of weights, even while the
+    # trainer keeps publishing; and one batched greedy pass is ~20x faster than a request per item.
+    eval_chunk_size: ClassVar[int] = 256
 
     def __init__(
         self,
@@ -73,14 +78,27 @@ class QAEnv(BaseEnv):
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
         items = self.eval_items()
+        chunks = [items[i : i + self.eval_chunk_size] for i in range(0, len(items), self.eval_chunk_size)]
         limit = asyncio.Semaphore(self.config.max_eval_workers)
 
-        async def greedy_score(item: QAItem) -> float:
+        async def greedy(chunk: list[QAItem]) -> SampledBatch:
             async with limit:
-                [completion] = await self.server.sample(
-                    item.prompt, n=1, max_tokens=self.max_completion_tokens(), temperature=0.0, stop=self.stop
+                return await self.server.sample_batch(
+                    [item.prompt for item in chunk],
+                    max_tokens=self.max_completion_tokens(),
+                    temperature=0.0,
+                    stop=self.stop,
                 )
-            return self.score_completion(completion.text, item.answer)
 
-        scores = await asyncio.gather(*(greedy_score(item) for item in items))
-        return {EVAL_PERCENT_CORRECT: sum(scores) / len(scores)}
+        batches = await asyncio.gather(*(greedy(chunk) for chunk in chunks))
+        scores = [
+            self.score_completion(completion.text, item.answer)
+            for batch, chunk in zip(batches, chunks, strict=True)
+            for completion, item in zip(batch.completions, chunk, strict=True)
+        ]
+        results = {EVAL_PERCENT_CORRECT: sum(scores) / len(scores)}
+        versions = [batch.policy_version for batch in batches if batch.policy_version is not None]
+        if versions:
+            # Several chunks may straddle a weight update: name the newest, so no result is credited early.
+            results[EVAL_POLICY_STEP] = float(max(versions))
+        return results

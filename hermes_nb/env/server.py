@@ -22,7 +22,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from hermes_nb.env.config import APIServerConfig
-from hermes_nb.env.types import SampledCompletion
+from hermes_nb.env.types import SampledBatch, SampledCompletion
 from hermes_nb.errors import HermesNBError
 from hermes_nb.protocol.inference import (
     ChatCompletionRequest,
@@ -129,6 +129,24 @@ class ServerManager:
             listener(prompt, completions)
         return completions
 
+    async def sample_batch(
+        self,
+        prompts: list[str],
+        *,
+        max_tokens: int = 16,
+        temperature: float = 0.0,
+        stop: list[str] | None = None,
+    ) -> SampledBatch:
+        """One completion of each prompt in a single request: the server samples them as one batch, from one
+        policy version (what an evaluation needs to measure a single set of weights)."""
+        response = await self.completion(
+            prompt=prompts, n=1, max_tokens=max_tokens, temperature=temperature, stop=stop, logprobs=1
+        )
+        completions = completions_from_response(response)
+        if len(completions) != len(prompts):
+            raise InferenceError(f"inference server returned {len(completions)} choices for {len(prompts)} prompts")
+        return SampledBatch(completions=completions, policy_version=response.policy_version)
+
     # ---- OpenAI-compatible and token-level calls -----------------------------------------------------------
     async def completion(self, **kwargs: Any) -> CompletionResponse:
         endpoint = self._pick()
@@ -231,9 +249,13 @@ def completions_from_response(response: CompletionResponse) -> list[SampledCompl
     """One ``SampledCompletion`` per choice, checking that the server sent a logprob for every sampled token."""
     if not response.prompt_token_ids:
         raise InferenceError("inference server returned no prompt_token_ids; it must fill this additive field")
-    prompt_ids = response.prompt_token_ids[0]
+    prompts = len(response.prompt_token_ids)
+    if len(response.choices) % prompts:
+        raise InferenceError(f"inference server returned {len(response.choices)} choices for {prompts} prompts")
+    per_prompt = len(response.choices) // prompts  # choices are prompt-major: n for the first prompt, then ...
     completions = []
     for choice in sorted(response.choices, key=lambda c: c.index):
+        prompt_ids = response.prompt_token_ids[choice.index // per_prompt]
         if choice.logprobs is None:
             raise InferenceError("inference server returned no logprobs although logprobs=1 was requested")
         logprobs_T = choice.logprobs.token_logprobs

@@ -29,3 +29,13 @@ class SampledCompletion(BaseModel):
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+
+
+class SampledBatch(BaseModel):
+    """One completion per prompt of a multi-prompt request, and the policy version that produced them all
+    (``None`` when the server does not say)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    completions: list[SampledCompletion]
+    policy_version: int | None = None

@@ -173,7 +173,7 @@ def create_app(engine: InferenceEngine) -> FastAPI:
         for i, prompt in enumerate(prompts):
             _check_prompt(policy, prompt, request.max_tokens, f"prompt[{i}]")
         stops = _stop_strings(request.stop)
-        results, _version = await engine.sample(_rows(policy, prompts, request, stop_strings=stops))
+        results, version = await engine.sample(_rows(policy, prompts, request, stop_strings=stops))
         choices = []
         for k, result in enumerate(results):
             text = _text(policy, result, stops)
@@ -196,6 +196,7 @@ def create_app(engine: InferenceEngine) -> FastAPI:
             choices=choices,
             usage=_usage(prompts, request.n, results),
             prompt_token_ids=prompts,
+            policy_version=version,
         )
 
     @app.post("/v1/chat/completions")

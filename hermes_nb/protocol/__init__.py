@@ -3,4 +3,5 @@
 - ``trajectory``: the Atropos trajectory-API wire format (scored groups, registrations, batches).
 - ``inference``: the OpenAI-compatible and ``/generate`` inference wire format.
 - ``metrics``: the metric keys and the per-step row written to ``metrics.jsonl`` and W&B.
+- ``checkpoints``: one line of ``checkpoints.jsonl`` (a saved checkpoint) and the one reader of that file.
 """

@@ -79,6 +79,9 @@ class CompletionResponse(BaseModel):
     choices: list[CompletionChoice]
     usage: Usage
     prompt_token_ids: list[list[int]]
+    # Additive: the optimizer step of the weights that produced every choice (hermes-nb's server fills it; one
+    # request is one batch, so all its choices share it). Lets an evaluation say exactly which policy it measured.
+    policy_version: int | None = None
 
 
 class ChatLogprobContent(BaseModel):

@@ -14,6 +14,8 @@ TRAIN_LOSS = "train/loss"
 TRAIN_REWARD_MEAN = "train/reward_mean"
 TRAIN_PERCENT_CORRECT = "train/percent_correct"
 EVAL_PERCENT_CORRECT = "eval/percent_correct"
+# The trainer step whose weights an evaluation measured (the server's policy version), when the server says.
+EVAL_POLICY_STEP = "eval/policy_step"
 TRAIN_LEARNING_RATE = "train/learning_rate"
 TRAIN_SEQUENCES_PER_SECOND = "train/sequences_per_second"
 TRAIN_TOKENS_PER_SECOND = "train/tokens_per_second"

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from hermes_nb import home
+from hermes_nb.protocol.checkpoints import CHECKPOINTS_FILE
 
 PROCESS_NAMES = ("api", "trainer", "env")
 
@@ -35,7 +36,7 @@ class RunPaths(BaseModel):
             metrics=run_dir / "metrics.jsonl",
             env_metrics=run_dir / "env_metrics.jsonl",
             checkpoints_dir=run_dir / "checkpoints",
-            checkpoints_index=run_dir / "checkpoints.jsonl",
+            checkpoints_index=run_dir / CHECKPOINTS_FILE,
             trajectories=run_dir / "trajectories.jsonl.gz",
             logs=logs,
         )

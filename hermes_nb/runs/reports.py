@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from hermes_nb.protocol.checkpoints import CheckpointRecord
 from hermes_nb.results import Result, _table
 
 ProcessStateName = Literal["running", "exited", "not started"]
@@ -25,13 +26,6 @@ class LatestMetrics(BaseModel):
     percent_correct: float | None = None
     eval_percent_correct: float | None = None
     loss: float | None = None
-
-
-class CheckpointInfo(BaseModel):
-    step: int
-    path: str
-    kind: str = "interval"
-    time: float | None = None
 
 
 class WandbRemote(BaseModel):
@@ -93,7 +87,7 @@ class RunStatus(Result):
     eta_seconds: float | None = None
     metrics: LatestMetrics = Field(default_factory=LatestMetrics)
     processes: list[ProcessStatus] = Field(default_factory=list)
-    checkpoints: list[CheckpointInfo] = Field(default_factory=list)
+    checkpoints: list[CheckpointRecord] = Field(default_factory=list)
     logs: dict[str, str] = Field(default_factory=dict)
     wandb_project: str | None = None
     wandb_run_name: str | None = None
@@ -205,7 +199,7 @@ class RunResults(Result):
     best_metrics: dict[str, float] = Field(default_factory=dict)
     history: list[dict[str, Any]] = Field(default_factory=list)
     eval_history: list[dict[str, Any]] = Field(default_factory=list)
-    checkpoints: list[CheckpointInfo] = Field(default_factory=list)
+    checkpoints: list[CheckpointRecord] = Field(default_factory=list)
     final_weights_path: str | None = None
     wandb_url: str | None = None
 

@@ -7,9 +7,9 @@ import time
 from hermes_nb.logtail import tail_lines
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.protocol import metrics as keys
+from hermes_nb.protocol.checkpoints import read_checkpoints
 from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.runs import processes
-from hermes_nb.runs.checkpoint_index import read_checkpoints
 from hermes_nb.runs.layout import PROCESS_NAMES, RunPaths
 from hermes_nb.runs.reconcile import reconcile
 from hermes_nb.runs.registry import load_state, resolve_run

@@ -6,8 +6,8 @@ import signal
 import time
 
 from hermes_nb.errors import RunStateError
+from hermes_nb.protocol.checkpoints import read_checkpoints
 from hermes_nb.runs import processes
-from hermes_nb.runs.checkpoint_index import read_checkpoints
 from hermes_nb.runs.layout import RunPaths
 from hermes_nb.runs.reconcile import reconcile
 from hermes_nb.runs.registry import load_state, resolve_run

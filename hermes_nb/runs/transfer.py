@@ -13,13 +13,11 @@ from typing import Any
 
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import TransferError, UnknownRunError
-from hermes_nb.runs.checkpoint_index import read_checkpoints
+from hermes_nb.protocol.checkpoints import TRAINER_STATE_FILE, CheckpointRecord, read_checkpoints
 from hermes_nb.runs.layout import RunPaths
 from hermes_nb.runs.registry import known_run_ids, load_state, resolve_run
-from hermes_nb.runs.reports import CheckpointInfo
 
 RESUMABLE_STATUSES = ("stopped", "failed", "completed")
-TRAINER_STATE_FILE = "trainer_state.pt"
 BEST_SUFFIX = "@best"
 # Architecture fields that must agree for weights of one model to load into another's shape.
 _SHAPE_KEYS = (
@@ -68,7 +66,7 @@ def resume_point(run_id: str, total_steps: int) -> tuple[str, int]:
     return last.path, last.step
 
 
-def _best_checkpoint(paths: RunPaths, checkpoints: list[CheckpointInfo]) -> CheckpointInfo:
+def _best_checkpoint(paths: RunPaths, checkpoints: list[CheckpointRecord]) -> CheckpointRecord:
     """The checkpoint whose most recent evaluation (at or before its step) scored highest."""
     from hermes_nb.metrics.reader import read_all_metrics
     from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT
@@ -79,7 +77,7 @@ def _best_checkpoint(paths: RunPaths, checkpoints: list[CheckpointInfo]) -> Chec
         if EVAL_PERCENT_CORRECT in r.values
     ]
 
-    def score(checkpoint: CheckpointInfo) -> float:
+    def score(checkpoint: CheckpointRecord) -> float:
         before = [value for step, value in evals if step <= checkpoint.step]
         return before[-1] if before else -1.0
 

@@ -17,31 +17,16 @@ import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import Any
 
 from hermes_nb.config import RunConfig
+from hermes_nb.protocol.checkpoints import CHECKPOINTS_FILE, CheckpointKind, CheckpointRecord
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.trainer.backend import TrainingBackend
 
 CHECKPOINTS_DIR = "checkpoints"
-CHECKPOINTS_FILE = "checkpoints.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl.gz"
-TRAINER_STATE_FILE = "trainer_state.pt"
 CONFIG_FILE = "config.yaml"
-
-CheckpointKind = Literal["interval", "final", "stop"]
-
-
-class CheckpointRecord(BaseModel):
-    """One line of ``checkpoints.jsonl``."""
-
-    step: int
-    path: str
-    time: float
-    kind: CheckpointKind
-    metrics: dict[str, float] = Field(default_factory=dict)
 
 
 def checkpoint_root(config: RunConfig, run_dir: Path) -> Path:
@@ -92,20 +77,6 @@ def load_checkpoint(backend: TrainingBackend, path: Path) -> int:
     if "rng" in state:
         restore_rng(state["rng"])
     return int(state.get("step", 0))
-
-
-def read_checkpoints(run_dir: Path) -> list[CheckpointRecord]:
-    """The listed checkpoints, oldest first (a torn last line from a crash is skipped)."""
-    path = run_dir / CHECKPOINTS_FILE
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(CheckpointRecord.model_validate_json(line))
-        except ValueError:
-            continue
-    return records
 
 
 def record_batch(run_dir: Path, step: int, batch: list[ScoredDataGroup]) -> None:

@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
-from hermes_nb.trainer.checkpoints import TRAINER_STATE_FILE
-from hermes_nb.trainer.losses import policy_loss_sum, token_logprobs
+from hermes_nb.protocol.checkpoints import TRAINER_STATE_FILE
+from hermes_nb.trainer.losses import LossSums, policy_loss_sum, token_logprobs
+from hermes_nb.trainer.packing import PackedBatch, can_pack, pack
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,15 @@ class LocalBackend:
     """``model_dir`` gives the architecture and tokenizer; ``init_weights`` (a ``from_pretrained`` directory of
     the same architecture, e.g. another run's checkpoint) replaces its weights before any adapter is added."""
 
-    def __init__(self, model_dir: Path, *, lora_rank: int = 0, seed: int = 0, init_weights: Path | None = None) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        lora_rank: int = 0,
+        seed: int = 0,
+        init_weights: Path | None = None,
+        pack_batches: bool = True,
+    ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.manual_seed(seed)
@@ -75,6 +84,8 @@ class LocalBackend:
             load_weights_into(model, Path(init_weights))
             logger.info("initial weights loaded from %s", init_weights)
         self.lora_rank = lora_rank
+        # Shared prompts and repeated completions computed once (exact; hermes_nb.trainer.packing).
+        self.pack_batches = pack_batches
         if lora_rank > 0:
             peft = _load_peft()
             lora = peft.LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, target_modules="all-linear")
@@ -115,6 +126,54 @@ class LocalBackend:
                 out += [logp_BT[i, : len(d.input_tokens_T)].tolist() for i, d in enumerate(batch)]
         return out
 
+    def _packed_logprobs(self, packed: PackedBatch) -> torch.Tensor:
+        """Logprobs of each row's continuation targets: contexts once into a KV cache, then the continuations
+        on top of it, with gradients through both passes (``hermes_nb.trainer.packing``)."""
+        from transformers import DynamicCache
+
+        from hermes_nb.inference.sampler import cache_argument
+
+        cache = DynamicCache()
+        cache_kw = {cache_argument(self.model.get_base_model() if self.lora_rank > 0 else self.model): cache}
+        self.model(
+            input_ids=packed.context_ids_PC,
+            attention_mask=packed.context_mask_PC,
+            position_ids=packed.context_positions_PC,
+            use_cache=True,
+            logits_to_keep=1,  # only the cache is needed; the continuation pass predicts every trained token
+            **cache_kw,
+        )
+        cache.batch_select_indices(packed.row_context_R)
+        logits_RSV = self.model(
+            input_ids=packed.ids_RS,
+            attention_mask=packed.continuation_mask_RCS,
+            position_ids=packed.positions_RS,
+            use_cache=True,
+            **cache_kw,
+        ).logits
+        return token_logprobs(logits_RSV, packed.targets_RS)
+
+    def _loss_sums(self, batch: list[Datum], loss_fn: str, config: LossConfig | None) -> LossSums:
+        if self.pack_batches and can_pack(batch):
+            packed = pack(batch, self.pad_id)
+            return policy_loss_sum(
+                loss_fn,
+                self._packed_logprobs(packed),
+                packed.sampling_logprobs_RS,
+                packed.advantages_RS,
+                packed.weights_RS,
+                config,
+                packed.counts_R,
+            )
+        return policy_loss_sum(
+            loss_fn,
+            self._logprobs(batch),
+            pad_float([d.sampling_logprobs_T for d in batch]),
+            pad_float([d.advantages_T for d in batch]),
+            pad_float([d.weights_T for d in batch]),
+            config,
+        )
+
     def forward_backward(
         self, data: list[Datum], loss_fn: str, loss_fn_config: LossConfig | None = None
     ) -> ForwardBackwardOutput:
@@ -123,15 +182,7 @@ class LocalBackend:
             return ForwardBackwardOutput(loss=0.0, num_trained_tokens=0)
         loss = ratio = clipped = log_ratio = 0.0
         for batch in self._micro_batches(data):
-            logp_BT = self._logprobs(batch)
-            sums = policy_loss_sum(
-                loss_fn,
-                logp_BT,
-                pad_float([d.sampling_logprobs_T for d in batch]),
-                pad_float([d.advantages_T for d in batch]),
-                pad_float([d.weights_T for d in batch]),
-                loss_fn_config,
-            )
+            sums = self._loss_sums(batch, loss_fn, loss_fn_config)
             # Divide by the whole batch's token count so micro-batches add up to the token-mean.
             (sums.loss / total).backward()
             loss += float(sums.loss.detach())

@@ -16,10 +16,11 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.protocol import metrics as keys
+from hermes_nb.protocol.checkpoints import CheckpointKind
 from hermes_nb.protocol.trajectory import Registration, ScoredDataGroup
 from hermes_nb.trainer.advantages import group_data, has_signal
 from hermes_nb.trainer.backend import TrainingBackend
-from hermes_nb.trainer.checkpoints import CheckpointKind, record_batch, save_checkpoint
+from hermes_nb.trainer.checkpoints import record_batch, save_checkpoint
 from hermes_nb.trainer.types import AdamParams, Datum, LossConfig, SamplerHandle
 
 logger = logging.getLogger(__name__)

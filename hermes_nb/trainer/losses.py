@@ -42,14 +42,19 @@ def policy_loss_sum(
     advantages_BT: torch.Tensor,
     weights_BT: torch.Tensor,
     config: LossConfig | None = None,
+    counts_B: torch.Tensor | None = None,
 ) -> LossSums:
-    """The summed loss of ``loss_fn`` over positions with ``weights_BT > 0`` (all tensors ``[B, T]``)."""
+    """The summed loss of ``loss_fn`` over positions with ``weights_BT > 0`` (all tensors ``[B, T]``).
+    ``counts_B`` says how many identical sequences each row stands for (a packed batch); default one each."""
     import torch
 
     if loss_fn not in LOSS_NAMES:
         raise ValueError(f"loss_fn: {loss_fn!r} is not one of {', '.join(LOSS_NAMES)}")
     config = config or LossConfig()
     trained = weights_BT > 0
+    multiplicity_BT = trained.to(logprobs_BT.dtype)
+    if counts_B is not None:
+        multiplicity_BT = multiplicity_BT * counts_B[:, None]
     # Untrained positions carry placeholder sampling logprobs (1.0 on the wire); zero the difference there so
     # exp() never sees garbage and no gradient flows through them.
     log_ratio = torch.where(trained, logprobs_BT - sampling_logprobs_BT, torch.zeros_like(logprobs_BT))
@@ -60,12 +65,13 @@ def policy_loss_sum(
         clipped_ratio = torch.clamp(ratio, 1.0 - config.clip_epsilon_low, 1.0 + config.clip_epsilon_high)
         clipped = clipped_ratio * advantages_BT
         surrogate = torch.minimum(surrogate, clipped)
-        clipped_fraction = ((clipped < ratio * advantages_BT) & trained).sum()
+        clipped_fraction = ((clipped < ratio * advantages_BT).to(logprobs_BT.dtype) * multiplicity_BT).sum()
     per_token = -surrogate * weights_BT
+    if counts_B is not None:
+        per_token = per_token * counts_B[:, None]
     with torch.no_grad():
-        mask = trained.to(logprobs_BT.dtype)
-        ratio_sum = float((ratio * mask).sum())
-        log_ratio_sum = float((log_ratio * mask).sum())
+        ratio_sum = float((ratio * multiplicity_BT).sum())
+        log_ratio_sum = float((log_ratio * multiplicity_BT).sum())
     return LossSums(per_token.sum(), ratio_sum, float(clipped_fraction), log_ratio_sum)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -10,11 +11,11 @@ import torch
 from tiny_model import make_tiny_model
 
 from hermes_nb.config import RunConfig
+from hermes_nb.protocol.checkpoints import CHECKPOINTS_FILE, read_checkpoints
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.trainer.checkpoints import (
     TRAJECTORIES_FILE,
     load_checkpoint,
-    read_checkpoints,
     read_trajectories,
     record_batch,
     save_checkpoint,
@@ -59,7 +60,8 @@ def test_checkpoint_holds_model_tokenizer_state_and_config(model_dir: Path, tmp_
     state = torch.load(path / "trainer_state.pt", weights_only=False)
     assert state["step"] == 3 and state["optimizer"]["state"] and "torch" in state["rng"]
     assert RunConfig.load(path / "config.yaml").env == {"total_steps": 3}
-    assert [(r.step, r.kind, r.metrics) for r in read_checkpoints(tmp_path)] == [(3, "final", {"train/loss": 0.5})]
+    listed = read_checkpoints(tmp_path / CHECKPOINTS_FILE)
+    assert [(r.step, r.kind, r.metrics) for r in listed] == [(3, "final", {"train/loss": 0.5})]
     assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".tmp")]
 
 
@@ -71,10 +73,15 @@ def test_load_checkpoint_restores_step_and_rng(model_dir: Path, tmp_path: Path) 
     assert torch.equal(torch.rand(3), expected)
 
 
+def test_a_checkpoint_saved_with_a_diverged_loss_is_still_listed(model_dir: Path, tmp_path: Path) -> None:
+    save_checkpoint(_trained_backend(model_dir), RunConfig(), tmp_path, 2, "interval", {"train/loss": math.nan})
+    assert [(r.step, r.metrics) for r in read_checkpoints(tmp_path / CHECKPOINTS_FILE)] == [(2, {})]
+
+
 def test_a_torn_checkpoints_line_is_skipped(tmp_path: Path) -> None:
-    line = {"step": 1, "path": "x", "time": 1.0, "kind": "interval", "metrics": {}}
-    (tmp_path / "checkpoints.jsonl").write_text(json.dumps(line) + "\n" + '{"step": 2, "pa')
-    assert [r.step for r in read_checkpoints(tmp_path)] == [1]
+    line = {"step": 1, "path": str(tmp_path), "time": 1.0, "kind": "interval", "metrics": {}}
+    (tmp_path / CHECKPOINTS_FILE).write_text(json.dumps(line) + "\n" + '{"step": 2, "pa')
+    assert [r.step for r in read_checkpoints(tmp_path / CHECKPOINTS_FILE)] == [1]
 
 
 def test_trajectories_are_read_back_and_a_truncated_tail_is_ignored(tmp_path: Path) -> None:

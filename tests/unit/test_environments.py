@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from hermes_nb.env import SampledCompletion
+from hermes_nb.env import SampledBatch, SampledCompletion
 from hermes_nb.env.splits import is_heldout
 from hermes_nb.home import shipped_environments_dir
 from hermes_nb.protocol.trajectory import MASK_IGNORE
@@ -176,6 +176,16 @@ class FakeServer:
         texts = [self.reply(prompt, i) for i in range(kwargs["n"])]
         return [completion(prompt, text) for text in texts]
 
+    async def sample_batch(self, prompts: list[str], **kwargs: Any) -> SampledBatch:
+        self.requests.append({"prompts": prompts, **kwargs})
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await asyncio.sleep(0)
+        self.in_flight -= 1
+        return SampledBatch(
+            completions=[completion(p, self.reply(p, 0)) for p in prompts], policy_version=len(self.requests)
+        )
+
 
 def completion(prompt: str, text: str) -> SampledCompletion:
     # Any consistent ids do: the environment must pass them through untouched.
@@ -234,20 +244,23 @@ def test_training_items_come_from_the_configured_seed_and_never_from_the_heldout
 
 
 @pytest.mark.parametrize("stem", ENV_FILES)
-def test_evaluate_reports_greedy_accuracy_over_the_heldout_items(stem: str) -> None:
+def test_evaluate_reports_greedy_accuracy_over_the_heldout_items(stem: str, monkeypatch: pytest.MonkeyPatch) -> None:
     heldout = load(stem).eval_items(default_config(stem, eval_items=40))
     wrong = {item.prompt for item in heldout[:10]}
     server = FakeServer(lambda prompt, i: "zz" if prompt in wrong else solve(prompt))
     env = make_env(stem, server, eval_items=40, max_eval_workers=3)
+    monkeypatch.setattr(type(env), "eval_chunk_size", 8)
 
     metrics = asyncio.run(env.evaluate())
 
     # Small problem spaces repeat held-out items; every repeat of a "wrong" prompt is wrong again.
     expected = sum(item.prompt not in wrong for item in heldout) / 40
     assert expected <= 30 / 40
-    assert metrics == {"eval/percent_correct": pytest.approx(expected)}
-    assert [r["prompt"] for r in server.requests] == [item.prompt for item in heldout]
-    assert all(r["n"] == 1 and r["temperature"] == 0.0 for r in server.requests)
+    # Five requests of 8 prompts; the newest policy version any of them saw names the weights measured.
+    assert metrics == {"eval/percent_correct": pytest.approx(expected), "eval/policy_step": 5.0}
+    assert [p for r in server.requests for p in r["prompts"]] == [item.prompt for item in heldout]
+    assert [len(r["prompts"]) for r in server.requests] == [8] * 5
+    assert all(r["temperature"] == 0.0 for r in server.requests)
     assert 1 < server.most_in_flight <= 3
 
 

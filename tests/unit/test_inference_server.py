@@ -142,3 +142,31 @@ def test_responses_report_the_policy_version_that_generated_them(server, model_a
     assert httpx.post(f"{url}/generate", json=body, timeout=30).json()["policy_version"] == 1
     _publish(srv, model_and_tokenizer, version=2)
     assert httpx.post(f"{url}/generate", json=body, timeout=30).json()["policy_version"] == 2
+
+
+def test_a_multi_prompt_evaluation_request_is_answered_by_one_policy_version(server, model_and_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from hermes_nb.env.config import APIServerConfig
+    from hermes_nb.env.server import ServerManager
+
+    srv, url = server
+    _publish(srv, model_and_tokenizer, version=7)
+    manager = ServerManager([APIServerConfig(base_url=f"{url}/v1")])
+    prompts = ["12+3=", "7+7=", "99+1="]
+
+    async def evaluate() -> Any:
+        try:
+            return await manager.sample_batch(prompts, max_tokens=3, temperature=0.0)
+        finally:
+            await manager.aclose()
+
+    batch = asyncio.run(evaluate())
+    tokenizer = model_and_tokenizer[1]
+    assert batch.policy_version == 7
+    assert [c.prompt_token_ids for c in batch.completions] == [tokenizer.encode(p) for p in prompts]
+    # Greedy and batched: each answer is what the prompt alone would get.
+    alone = [
+        httpx.post(f"{url}/v1/completions", json={"prompt": p, "max_tokens": 3, "temperature": 0}).json()
+        for p in prompts
+    ]
+    assert [c.text for c in batch.completions] == [a["choices"][0]["text"] for a in alone]
+    assert {a["policy_version"] for a in alone} == {7}

@@ -22,9 +22,10 @@ from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.metrics.logger import MetricsLogger
 from hermes_nb.net import free_port
 from hermes_nb.protocol import metrics as keys
+from hermes_nb.protocol.checkpoints import CHECKPOINTS_FILE, read_checkpoints
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.trainer.api_client import TrajectoryApi
-from hermes_nb.trainer.checkpoints import read_checkpoints, read_trajectories
+from hermes_nb.trainer.checkpoints import read_trajectories
 from hermes_nb.trainer.local_backend import LocalBackend
 from hermes_nb.trainer.loop import LoopSettings, run_training, train_step
 from hermes_nb.trainer.main import wait_for_final_evaluation
@@ -84,7 +85,7 @@ def test_loop_logs_every_step_checkpoints_and_records_batches(model_dir: Path, t
         assert key in rows[0]["values"]
     assert rows[0]["values"][keys.TRAIN_REWARD_MEAN] == 0.25
     assert rows[0]["values"][keys.TRAIN_PERCENT_CORRECT] == 0.25
-    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path)] == [(2, "interval"), (3, "final")]
+    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path / CHECKPOINTS_FILE)] == [(2, "interval"), (3, "final")]
     assert [step for step, _ in read_trajectories(tmp_path / "trajectories.jsonl.gz")] == [1, 2, 3]
 
 
@@ -102,7 +103,7 @@ def test_stop_finishes_the_step_and_saves_a_stop_checkpoint(model_dir: Path, tmp
     )
     metrics.close()
     assert (outcome.reason, outcome.last_step) == ("stopped", 2)
-    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path)] == [(2, "stop")]
+    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path / CHECKPOINTS_FILE)] == [(2, "stop")]
 
 
 def test_a_batch_without_signal_takes_no_optimizer_step(model_dir: Path) -> None:
@@ -251,7 +252,11 @@ def test_trainer_process_trains_against_the_api_and_exits_0(model_dir: Path, tmp
         _wait(lambda: httpx.get(f"{api_url}/health").json().get("trainer_registered"), 30, "registration")
         env_id = _register_env(api_url)
         _post_sampled_groups(api_url, inference_url, count=6)  # 3 batches of 2 groups x 4
-        _wait(lambda: [c.kind for c in read_checkpoints(tmp_path)][-1:] == ["final"], 60, "the final checkpoint")
+        _wait(
+            lambda: [c.kind for c in read_checkpoints(tmp_path / CHECKPOINTS_FILE)][-1:] == ["final"],
+            60,
+            "the final checkpoint",
+        )
         # The environment's final evaluation samples from this server: it stays up while the env is registered.
         time.sleep(1.0)
         assert proc.poll() is None and _ok(f"{inference_url}/health")
@@ -261,7 +266,7 @@ def test_trainer_process_trains_against_the_api_and_exits_0(model_dir: Path, tmp
         proc.kill()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
-    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path)] == [(2, "interval"), (3, "final")]
+    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path / CHECKPOINTS_FILE)] == [(2, "interval"), (3, "final")]
     assert "trainer completed at step 3" in (tmp_path / "trainer.log").read_text()
 
 
@@ -278,5 +283,5 @@ def test_sigterm_saves_a_stop_checkpoint_and_exits_0(model_dir: Path, tmp_path: 
         assert proc.wait(30) == 0, (tmp_path / "trainer.log").read_text()
     finally:
         proc.kill()
-    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path)] == [(1, "stop")]
+    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path / CHECKPOINTS_FILE)] == [(1, "stop")]
     assert "trainer stopped at step 1" in (tmp_path / "trainer.log").read_text()

@@ -18,9 +18,10 @@ from hermes_nb.inference.engine import InferenceEngine, Policy
 from hermes_nb.inference.sampler import SampleRow
 from hermes_nb.metrics.logger import MetricsLogger
 from hermes_nb.protocol import metrics as keys
+from hermes_nb.protocol.checkpoints import CHECKPOINTS_FILE, read_checkpoints
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.trainer.backend import make_backend
-from hermes_nb.trainer.checkpoints import TRAJECTORIES_FILE, read_checkpoints, record_batch, save_checkpoint
+from hermes_nb.trainer.checkpoints import TRAJECTORIES_FILE, record_batch, save_checkpoint
 from hermes_nb.trainer.local_backend import LocalBackend
 from hermes_nb.trainer.loop import LoopSettings, run_training, train_step
 from hermes_nb.trainer.main import restore
@@ -92,7 +93,7 @@ def test_resumed_step_matches_the_step_that_would_have_followed(model_dir: Path,
     config = _config(model_dir, total_steps=3)
     straight = LocalBackend(model_dir)
     rows = _train(straight, config, tmp_path / "a", StepSource(1, 3))
-    checkpoint = next(c for c in read_checkpoints(tmp_path / "a") if c.step == 2)
+    checkpoint = next(c for c in read_checkpoints(tmp_path / "a" / CHECKPOINTS_FILE) if c.step == 2)
 
     resumed_config = config.model_copy(
         update={"infra": config.infra.model_copy(update={"resume_checkpoint": checkpoint.path, "start_step": 2})}
@@ -108,7 +109,7 @@ def test_resumed_step_matches_the_step_that_would_have_followed(model_dir: Path,
     for a, b in zip(straight.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.allclose(a, b, atol=TOLERANCE, rtol=0)
     assert _adam_steps(resumed) == {3.0}
-    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path / "b")] == [(3, "final")]
+    assert [(c.step, c.kind) for c in read_checkpoints(tmp_path / "b" / CHECKPOINTS_FILE)] == [(3, "final")]
 
 
 def test_restore_refuses_a_start_step_that_disagrees_with_the_checkpoint(model_dir: Path, tmp_path: Path) -> None:
@@ -126,7 +127,7 @@ def _source_checkpoint(model_dir: Path, run_dir: Path) -> Path:
     backend = LocalBackend(model_dir)
     config = _config(model_dir, total_steps=2)
     _train(backend, config, run_dir, StepSource(1, 2))
-    return Path(read_checkpoints(run_dir)[-1].path)
+    return Path(read_checkpoints(run_dir / CHECKPOINTS_FILE)[-1].path)
 
 
 def _greedy(model: object, tokenizer: object, prompts: list[list[int]]) -> list[list[int]]:

@@ -33,7 +33,8 @@ def make_run(
     paths.run_dir.mkdir(parents=True)
     write_run_state(paths.run_dir, RunState(run_id=run_id, environment="arithmetic", status=status, total_steps=10))
     lines = [
-        json.dumps({"step": step, "path": str(path), "kind": "interval"}) for step, path in (checkpoints or {}).items()
+        json.dumps({"step": step, "path": str(path), "time": 0.0, "kind": "interval"})
+        for step, path in (checkpoints or {}).items()
     ]
     paths.checkpoints_index.write_text("".join(line + "\n" for line in lines))
     if trajectories:
