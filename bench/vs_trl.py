@@ -8,15 +8,20 @@ Back to back in one process run on this machine, same everything that defines th
 - group size 16 (TRL ``num_generations``), 128 completions = 8 prompts per step, the same learning rate
   (constant; Adam, grad-norm clip 1.0, no KL term), temperature 1.0, max completion length 5 tokens
   (``max_completion_tokens``), group-normalised advantages, token-mean loss (TRL ``loss_type='dapo'``);
-- evaluation: the same 200 held-out items (``eval_items`` of the environment's config, seed 0), greedy,
-  every ``--eval-every`` steps. hermes-nb evaluates through its environment; TRL's model is evaluated by a
-  ``TrainerCallback`` with ``generate`` (greedy, batched, cut at the newline stop like the environment).
+- evaluation: the same 200 held-out items (``eval_items`` of the environment's config with the run's seed),
+  greedy, every ``--eval-every`` steps. The start accuracy is measured once per seed, in process, on the base
+  model, and the target is start + ``--lift`` points for both. hermes-nb evaluates through its environment: one
+  batched request, answered by one policy version, which the row names (``eval/policy_step``); TRL's model is
+  evaluated by a ``TrainerCallback`` with ``generate`` (greedy, batched, cut at the newline stop like the
+  environment).
 
-Clock: from the first trainer step, with evaluation time subtracted for both (TRL: the callback times its own
-evaluation; hermes-nb: ``eval/seconds`` of each evaluation row), so neither is charged for measuring. Both
-clocks with evaluation included are printed too. The target is the start accuracy + ``--lift`` points.
+Clock: from the end of the first trainer step. TRL: the callback times its own evaluations and they are
+subtracted, so TRL is not charged for being measured. hermes-nb: the time at which the trainer finished the
+step whose weights the evaluation measured (``metrics.jsonl``), so nothing is subtracted and the evaluations'
+cost (they share the CPU with training) is charged to hermes-nb. Several seeds; the verdict is on the median
+ratio.
 
-    .venv/bin/python bench/vs_trl.py [--lift 15] [--eval-every 25] [--max-seconds 420] [--write]
+    .venv/bin/python bench/vs_trl.py [--seeds 0 1 2] [--lift 15] [--eval-every 10] [--max-seconds 240] [--write]
 """
 
 from __future__ import annotations
@@ -45,23 +50,25 @@ GROUP_SIZE = 16
 BATCH_SIZE = 128  # completions per step: 8 prompts x 16
 TEMPERATURE = 1.0
 EVAL_ITEMS = 200
-SEED = 0
-TASK = arithmetic.ArithmeticConfig(operation="add", digits=2, eval_items=EVAL_ITEMS, seed=SEED)
-MAX_COMPLETION = arithmetic.max_completion_tokens(TASK)
+MAX_COMPLETION = arithmetic.max_completion_tokens(arithmetic.ArithmeticConfig(operation="add", digits=2))
+
+
+def task(seed: int) -> arithmetic.ArithmeticConfig:
+    return arithmetic.ArithmeticConfig(operation="add", digits=2, eval_items=EVAL_ITEMS, seed=seed)
 
 
 @dataclass
 class Curve:
-    """Held-out accuracy against steps and seconds since the first step (with and without eval time)."""
+    """Held-out accuracy against steps and seconds since the first step."""
 
     name: str
     start: float = 0.0
-    points: list[tuple[int, float, float, float]] = field(default_factory=list)  # step, s (no eval), s (wall), acc
+    points: list[tuple[int, float, float]] = field(default_factory=list)  # step, seconds, accuracy
     seconds_per_step: float = 0.0
     load: float = 0.0
 
-    def reach(self, target: float) -> tuple[int, float, float] | None:
-        return next(((st, s, w) for st, s, w, acc in self.points if acc >= target - 1e-9), None)
+    def reach(self, target: float) -> tuple[int, float] | None:
+        return next(((step, s) for step, s, acc in self.points if acc >= target - 1e-9), None)
 
 
 # ---- the shared learning rate -------------------------------------------------------------------------------
@@ -76,7 +83,7 @@ def quickstart_learning_rate() -> float:
 # ---- hermes-nb ----------------------------------------------------------------------------------------------
 
 
-def run_hermes(lr: float, eval_every: int, target_lift: float, max_seconds: float) -> Curve:
+def run_hermes(seed: int, lr: float, eval_every: int, target: float, max_seconds: float) -> Curve:
     from hermes_nb.api import (
         rl_check_status,
         rl_load_config,
@@ -97,8 +104,8 @@ def run_hermes(lr: float, eval_every: int, target_lift: float, max_seconds: floa
         "eval_items": EVAL_ITEMS,
         "steps_per_eval": eval_every,
         "total_steps": 2000,  # stopped by this bench at the target or the time limit
-        "env.seed": SEED,
-        "trainer.seed": SEED,
+        "env.seed": seed,
+        "trainer.seed": seed,
         "trainer.learning_rate": lr,
         "trainer.max_grad_norm": 1.0,
         "trainer.save_checkpoint_interval": 0,
@@ -109,7 +116,7 @@ def run_hermes(lr: float, eval_every: int, target_lift: float, max_seconds: floa
         while True:
             time.sleep(0.5)
             curve = hermes_curve(paths)
-            if curve is not None and (curve.reach(curve.start + target_lift) or _last_wall(curve) > max_seconds):
+            if curve is not None and (curve.reach(target) or _last_seconds(curve) > max_seconds):
                 return curve
             status = asyncio.run(rl_check_status(started.run_id))
             if status.is_terminal:
@@ -118,22 +125,25 @@ def run_hermes(lr: float, eval_every: int, target_lift: float, max_seconds: floa
         asyncio.run(rl_stop_training(started.run_id))
 
 
-def _last_wall(curve: Curve) -> float:
-    return curve.points[-1][2] if curve.points else 0.0
+def _last_seconds(curve: Curve) -> float:
+    return curve.points[-1][1] if curve.points else 0.0
 
 
 def hermes_curve(paths: Any) -> Curve | None:
+    """Each evaluation at the time the trainer finished the step it measured (``eval/policy_step``)."""
+    from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, EVAL_POLICY_STEP
+
     steps = read_rows(paths.metrics)
-    evals = [r for r in read_rows(paths.env_metrics) if "eval/percent_correct" in r["values"]]
-    if not steps or not evals or evals[0]["step"] != 0:
+    if not steps:
         return None
+    finished = {row["step"]: row["time"] for row in steps}
     t0 = steps[0]["time"]
-    curve = Curve("hermes-nb", start=evals[0]["values"]["eval/percent_correct"], load=os.getloadavg()[0])
-    eval_spent = 0.0
-    for row in evals[1:]:
-        eval_spent += row["values"].get("eval/seconds", 0.0)
-        wall = row["time"] - t0
-        curve.points.append((row["step"], wall - eval_spent, wall, row["values"]["eval/percent_correct"]))
+    curve = Curve("hermes-nb", load=os.getloadavg()[0])
+    for row in read_rows(paths.env_metrics):
+        values = row["values"]
+        policy_step = int(values.get(EVAL_POLICY_STEP, -1))
+        if EVAL_PERCENT_CORRECT in values and policy_step in finished:
+            curve.points.append((policy_step, finished[policy_step] - t0, values[EVAL_PERCENT_CORRECT]))
     step_seconds = [r["values"]["train/step_seconds"] for r in steps[1:]]
     curve.seconds_per_step = statistics.median(step_seconds) if step_seconds else 0.0
     return curve
@@ -165,11 +175,11 @@ def greedy_accuracy(model: Any, tokenizer: Any, items: list[Any]) -> float:
     return sum(right) / len(items)
 
 
-def trl_dataset(rows: int) -> Any:
+def trl_dataset(seed: int, rows: int) -> Any:
     from datasets import Dataset
 
-    rng = random.Random(SEED)
-    items = [arithmetic.train_item(rng, TASK) for _ in range(rows)]
+    rng = random.Random(seed)
+    items = [arithmetic.train_item(rng, task(seed)) for _ in range(rows)]
     return Dataset.from_dict({"prompt": [i.prompt for i in items], "answer": [i.answer for i in items]})
 
 
@@ -177,7 +187,19 @@ def reward(prompts: list[str], completions: list[str], answer: list[str], **_: A
     return [arithmetic.score_completion(c.split("\n")[0], a) for c, a in zip(completions, answer, strict=True)]
 
 
-def run_trl(lr: float, eval_every: int, target_lift: float, max_seconds: float, max_steps: int) -> Curve:
+def base_accuracy(seed: int) -> float:
+    """The base model's greedy held-out accuracy: the start of both curves."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hermes_nb.home import embedded_base_model_dir
+
+    model_dir = str(embedded_base_model_dir())
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return greedy_accuracy(model, AutoTokenizer.from_pretrained(model_dir), arithmetic.eval_items(task(seed)))
+
+
+def run_trl(seed: int, lr: float, eval_every: int, target: float, max_seconds: float, max_steps: int) -> Curve:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -187,9 +209,8 @@ def run_trl(lr: float, eval_every: int, target_lift: float, max_seconds: float, 
     model_dir = str(embedded_base_model_dir())
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    items = arithmetic.eval_items(TASK)
-    curve = Curve("TRL GRPOTrainer", start=greedy_accuracy(model, tokenizer, items))
-    target = curve.start + target_lift
+    items = arithmetic.eval_items(task(seed))
+    curve = Curve("TRL GRPOTrainer")
 
     class Clock(TrainerCallback):
         def __init__(self) -> None:
@@ -206,10 +227,9 @@ def run_trl(lr: float, eval_every: int, target_lift: float, max_seconds: float, 
             began = time.perf_counter()
             accuracy = greedy_accuracy(kwargs["model"], tokenizer, items)
             self.eval_spent += time.perf_counter() - began
-            wall = time.perf_counter() - self.t0
-            curve.points.append((state.global_step, wall - self.eval_spent, wall, accuracy))
-            print(f"  TRL step {state.global_step}: {accuracy * 100:.1f}% ({wall - self.eval_spent:.0f} s)", flush=True)
-            if accuracy >= target - 1e-9 or wall - self.eval_spent > max_seconds:
+            seconds = time.perf_counter() - self.t0 - self.eval_spent
+            curve.points.append((state.global_step, seconds, accuracy))
+            if accuracy >= target - 1e-9 or seconds > max_seconds:
                 control.should_training_stop = True
 
     clock = Clock()
@@ -233,15 +253,16 @@ def run_trl(lr: float, eval_every: int, target_lift: float, max_seconds: float, 
             gradient_checkpointing=False,
             report_to="none",
             save_strategy="no",
-            logging_steps=50,
+            logging_steps=max_steps,
+            disable_tqdm=True,
             dataloader_num_workers=0,
-            seed=SEED,
+            seed=seed,
         )
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=reward,
             args=config,
-            train_dataset=trl_dataset(max_steps * BATCH_SIZE // GROUP_SIZE),
+            train_dataset=trl_dataset(seed, max_steps * BATCH_SIZE // GROUP_SIZE),
             processing_class=tokenizer,
             callbacks=[clock],
         )
@@ -258,53 +279,69 @@ def run_trl(lr: float, eval_every: int, target_lift: float, max_seconds: float, 
 
 
 def describe(curve: Curve, target: float) -> list[str]:
-    points = ", ".join(f"{acc * 100:.1f}% (step {st}, {s:.0f} s)" for st, s, _, acc in curve.points)
+    points = ", ".join(f"{acc * 100:.1f}% (step {st}, {s:.1f} s)" for st, s, acc in curve.points)
     hit = curve.reach(target)
-    reached = f"step {hit[0]}, {hit[1]:.1f} s without eval ({hit[2]:.1f} s with)" if hit else "not reached"
+    reached = f"step {hit[0]}, {hit[1]:.1f} s" if hit else "not reached"
     return [
-        f"{curve.name}: start {curve.start * 100:.1f}%  median {curve.seconds_per_step:.3f} s/step  "
-        f"load avg {curve.load:.1f}",
-        f"  evals (s without eval time): {points}",
-        f"  target {target * 100:.1f}%: {reached}",
+        f"  {curve.name}: median {curve.seconds_per_step:.3f} s/step, load avg {curve.load:.1f}; "
+        f"target {target * 100:.1f}%: {reached}",
+        f"    evals: {points}",
     ]
 
 
-def verdict(ours: Curve, trl: Curve, lift: float) -> list[str]:
-    a, b = ours.reach(ours.start + lift), trl.reach(trl.start + lift)
+def ratio(ours: Curve, trl: Curve, target: float) -> float | None:
+    a, b = ours.reach(target), trl.reach(target)
+    return a[1] / b[1] if a is not None and b is not None else None
+
+
+def one_seed(seed: int, lr: float, args: argparse.Namespace) -> tuple[list[str], float | None, float]:
+    start = base_accuracy(seed)
+    target = start + args.lift / 100
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["HERMES_NB_HOME"] = home
+        ours = run_hermes(seed, lr, args.eval_every, target, args.max_seconds)
+    trl = run_trl(seed, lr, args.eval_every, target, args.max_seconds, max_steps=2000)
+    result = ratio(ours, trl, target)
     speed = trl.seconds_per_step / ours.seconds_per_step if ours.seconds_per_step else float("nan")
-    lines = [f"seconds/step: hermes-nb {ours.seconds_per_step:.3f}, TRL {trl.seconds_per_step:.3f} ({speed:.2f}x)"]
-    if a is None or b is None:
-        lines.append(f"time to +{lift * 100:.0f}: hermes-nb {a}, TRL {b} (one side did not reach it)")
-        return lines
-    lines.append(
-        f"time to +{lift * 100:.0f} points (without eval): hermes-nb {a[1]:.1f} s, TRL {b[1]:.1f} s -> "
-        f"ratio hermes-nb/TRL {a[1] / b[1]:.2f} (target <= 0.5); with eval {a[2] / b[2]:.2f}"
-    )
-    return lines
+    lines = [
+        f"seed {seed}: base model {start * 100:.1f}%, target {target * 100:.1f}%",
+        *describe(ours, target),
+        *describe(trl, target),
+        f"  time ratio hermes-nb/TRL: {'n/a (a side did not reach the target)' if result is None else f'{result:.2f}'}"
+        f"; per step hermes-nb is {speed:.2f}x TRL's speed",
+    ]
+    return lines, result, speed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--lift", type=float, default=15.0, help="target = start accuracy + this many points")
-    parser.add_argument("--eval-every", type=int, default=25)
-    parser.add_argument("--max-seconds", type=float, default=420.0, help="give up on a side after this long")
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--max-seconds", type=float, default=240.0, help="give up on a side after this long")
     parser.add_argument("--learning-rate", type=float, default=None, help="default: the quickstart config's")
     parser.add_argument("--write", action="store_true", help="append the numbers to docs/benchmarks.md")
     args = parser.parse_args()
-    lift = args.lift / 100
     lr = args.learning_rate or quickstart_learning_rate()
-    header = f"2-digit addition, group {GROUP_SIZE}, {BATCH_SIZE} completions/step, lr {lr:g}"
-    header += f", eval every {args.eval_every} steps"
-    print(header, flush=True)
-    with tempfile.TemporaryDirectory() as home:
-        os.environ["HERMES_NB_HOME"] = home
-        os.environ.setdefault("WANDB_MODE", "offline")
-        ours = run_hermes(lr, args.eval_every, lift, args.max_seconds)
-    lines = [header, *describe(ours, ours.start + lift)]
-    print("\n".join(lines[1:]), flush=True)
-    trl = run_trl(lr, args.eval_every, lift, args.max_seconds, max_steps=2000)
-    lines += describe(trl, trl.start + lift) + verdict(ours, trl, lift)
-    print("\n".join(lines[len(lines) - 5 :]), flush=True)
+    os.environ.setdefault("WANDB_MODE", "offline")
+    lines = [
+        f"2-digit addition, group {GROUP_SIZE}, {BATCH_SIZE} completions/step, lr {lr:g}, "
+        f"eval every {args.eval_every} steps, target +{args.lift:g} points"
+    ]
+    print(lines[0], flush=True)
+    ratios: list[float] = []
+    for seed in args.seeds:
+        seed_lines, result, _ = one_seed(seed, lr, args)
+        print("\n".join(seed_lines), flush=True)
+        lines += seed_lines
+        ratios += [result] if result is not None else []
+    summary = f"time ratio hermes-nb/TRL over {len(ratios)} of {len(args.seeds)} seeds: " + (
+        f"{', '.join(f'{r:.2f}' for r in ratios)}; median {statistics.median(ratios):.2f} (target <= 0.5)"
+        if ratios
+        else "none reached"
+    )
+    print(summary)
+    lines.append(summary)
     if args.write:
         write_docs(lines, ".venv/bin/python bench/vs_trl.py " + " ".join(sys.argv[1:]))
 

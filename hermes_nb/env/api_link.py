@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import httpx
 
+from hermes_nb.env.coalesce import Coalescer
 from hermes_nb.protocol.trajectory import (
     EnvStatusResponse,
     InfoResponse,
@@ -40,6 +41,8 @@ REQUEST_RETRY_S = 30.0
 REQUEST_TIMEOUT_S = 30.0
 # How long disconnect-env may take at shutdown: the API may already be gone, and exiting matters more.
 DISCONNECT_TIMEOUT_S = 5.0
+# Groups finished together are posted together (one /scored_data_list), up to this many per request.
+MAX_GROUPS_PER_POST = 64
 
 
 class TrajectoryLink:
@@ -56,6 +59,9 @@ class TrajectoryLink:
         self.retry_seconds = retry_seconds
         self.env_id: int | None = None
         self.client = TrajectoryClient(self.base_url, timeout=REQUEST_TIMEOUT_S, transport=transport)
+        self._posts: Coalescer[None, ScoredDataGroup, None] = Coalescer(
+            self._post_groups, max_items=MAX_GROUPS_PER_POST
+        )
 
     async def register(
         self, request: RegisterEnv, *, timeout: float = REGISTER_TIMEOUT_S, stop: asyncio.Event | None = None
@@ -87,7 +93,23 @@ class TrajectoryLink:
         return await self._retrying(lambda: self.client.status_env(env_id))
 
     async def post_group(self, group: ScoredDataGroup) -> None:
-        group = group.model_copy(update={"env_id": self._env_id()})
+        """Queue ``group`` for the API; groups posted at the same time share one request
+        (``hermes_nb.env.coalesce``). Returns once the API has accepted it."""
+        await self._posts.submit(None, group.model_copy(update={"env_id": self._env_id()}))
+
+    async def _post_groups(self, _: None, groups: list[ScoredDataGroup]) -> list[BaseException | None]:
+        if len(groups) > 1:
+            try:
+                await self._retrying(lambda: self.client.post_scored_data_list(groups))
+                return [None] * len(groups)
+            except TrajectoryAPIError as exc:
+                if exc.status_code is None or exc.status_code >= 500:
+                    raise
+            # A 4xx names one bad group; the others that happened to share its request must still arrive.
+        sent = await asyncio.gather(*(self._post_one(g) for g in groups), return_exceptions=True)
+        return [outcome if isinstance(outcome, BaseException) else None for outcome in sent]
+
+    async def _post_one(self, group: ScoredDataGroup) -> None:
         await self._retrying(lambda: self.client.post_scored_data(group))
 
     async def disconnect(self) -> None:

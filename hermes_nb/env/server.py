@@ -16,11 +16,12 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from hermes_nb.env.coalesce import Coalescer
 from hermes_nb.env.config import APIServerConfig
 from hermes_nb.env.types import SampledBatch, SampledCompletion
 from hermes_nb.errors import HermesNBError
@@ -48,10 +49,27 @@ MAX_BACKOFF_S = 5.0
 # 429 is "busy, try later"; 5xx are server faults that a restart may fix. Other 4xx are our request's fault.
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 RETRY_ERRORS = (httpx.TransportError,)
+# Concurrent ``sample`` calls with the same settings share one request, up to this many prompts (16 samples
+# each on the quickstart: 512 rows, half of what the local server batches at once).
+MAX_PROMPTS_PER_REQUEST = 32
 
 
 class InferenceError(HermesNBError):
     """The inference server refused a request, returned something unusable, or stayed unreachable."""
+
+
+class InferenceRequestRefused(InferenceError):
+    """A 4xx answer: the request itself is wrong (a prompt too long, a bad field), retrying cannot help."""
+
+
+class SampleSettings(NamedTuple):
+    """What must agree for two prompts to share a request."""
+
+    n: int
+    max_tokens: int
+    temperature: float
+    top_p: float
+    stop: tuple[str, ...]
 
 
 class _Endpoint:
@@ -102,10 +120,15 @@ class ServerManager:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         retry_seconds: float = DEFAULT_RETRY_SECONDS,
+        coalesce: bool = True,
     ) -> None:
         configs = list(server_configs) or [APIServerConfig()]
         self.servers = [_Endpoint(config, transport) for config in configs]
         self.retry_seconds = retry_seconds
+        self.coalesce = coalesce
+        self._coalescer: Coalescer[SampleSettings, str, list[SampledCompletion]] = Coalescer(
+            self._sample_prompts, max_items=MAX_PROMPTS_PER_REQUEST
+        )
         # Called with (prompt, completions) after each sample(): process mode uses it to show decoded text.
         self.sample_listeners: list[Callable[[str, list[SampledCompletion]], None]] = []
 
@@ -120,13 +143,47 @@ class ServerManager:
         top_p: float = 1.0,
         stop: list[str] | None = None,
     ) -> list[SampledCompletion]:
-        """``n`` completions of ``prompt`` with the prompt's token ids and each sampled token's logprob."""
-        response = await self.completion(
-            prompt=prompt, n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, stop=stop, logprobs=1
-        )
-        completions = completions_from_response(response)
+        """``n`` completions of ``prompt`` with the prompt's token ids and each sampled token's logprob.
+        Calls made at the same time with the same settings travel as one request (``hermes_nb.env.coalesce``)."""
+        settings = SampleSettings(n, max_tokens, temperature, top_p, tuple(stop or ()))
+        if self.coalesce:
+            completions = await self._coalescer.submit(settings, prompt)
+        else:
+            [completions] = await self._request_prompts(settings, [prompt])
         for listener in self.sample_listeners:
             listener(prompt, completions)
+        return completions
+
+    async def _request_prompts(self, settings: SampleSettings, prompts: list[str]) -> list[list[SampledCompletion]]:
+        response = await self.completion(
+            prompt=prompts if len(prompts) > 1 else prompts[0],
+            n=settings.n,
+            max_tokens=settings.max_tokens,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            stop=list(settings.stop) or None,
+            logprobs=1,
+        )
+        completions = completions_from_response(response)
+        if len(completions) != len(prompts) * settings.n:
+            raise InferenceError(
+                f"inference server returned {len(completions)} choices for {len(prompts)} prompts x n={settings.n}"
+            )
+        return [completions[i * settings.n : (i + 1) * settings.n] for i in range(len(prompts))]
+
+    async def _sample_prompts(
+        self, settings: SampleSettings, prompts: list[str]
+    ) -> list[list[SampledCompletion] | BaseException]:
+        try:
+            return list(await self._request_prompts(settings, prompts))
+        except InferenceRequestRefused:
+            if len(prompts) == 1:
+                raise
+        # One bad prompt must not fail the others that happened to share its request: ask one by one.
+        return list(await asyncio.gather(*(self._request_one(settings, p) for p in prompts), return_exceptions=True))
+
+    async def _request_one(self, settings: SampleSettings, prompt: str) -> list[SampledCompletion]:
+        [completions] = await self._request_prompts(settings, [prompt])
         return completions
 
     async def sample_batch(
@@ -228,7 +285,8 @@ def _validated(model: type[ResponseT], values: dict[str, Any]) -> ResponseT:
 
 def _parse(response: httpx.Response, response_type: type[ResponseT], url: str) -> ResponseT:
     if response.status_code >= 400:
-        raise InferenceError(f"inference server {url} answered HTTP {response.status_code}: {_detail(response)}")
+        problem = f"inference server {url} answered HTTP {response.status_code}: {_detail(response)}"
+        raise InferenceRequestRefused(problem) if response.status_code < 500 else InferenceError(problem)
     try:
         return response_type.model_validate_json(response.content)
     except ValidationError as exc:

@@ -5,15 +5,18 @@ batched generation: that is where a CPU server gets its throughput, since the en
 ``max_num_workers`` group requests at once. Generation runs on one worker thread, so the server's event loop
 keeps answering (``/health``) during a batch.
 
-Weight updates: a published policy is an immutable snapshot (``Policy``). A batch reads the current snapshot
-once, at its start, and uses it to the end; publishing replaces the reference. So a generation never sees a
-half-applied update, and every response reports the ``policy_version`` that produced it.
+Weight updates: ``publish`` installs a whole policy (model, tokenizer, version); ``publish_weights`` hands over
+only new weights for it (a state dict the publisher no longer touches), which the sampler thread copies into
+its model *between* batches. Only that thread ever runs or changes the model, so a generation never sees a
+half-applied update, and every response reports the ``policy_version`` that produced it. A trainer publishing
+after every step thus pays a tensor copy, not a deep copy of the module.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +66,8 @@ class InferenceEngine:
 
     def __init__(self, *, window_s: float = DEFAULT_BATCH_WINDOW_S, seed: int = 0) -> None:
         self._policy: Policy | None = None
+        self._pending_weights: tuple[dict[str, torch.Tensor], int] | None = None
+        self._weights_lock = threading.Lock()
         self._pending: list[_Pending] = []
         self._collector: asyncio.Task[None] | None = None
         self._window_s = window_s
@@ -78,7 +83,33 @@ class InferenceEngine:
 
     def publish(self, policy: Policy) -> None:
         """Make ``policy`` the one new batches sample from (thread-safe: one reference assignment)."""
-        self._policy = policy
+        with self._weights_lock:
+            self._pending_weights = None  # weights published before belong to the model being replaced
+            self._policy = policy
+
+    def publish_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """New weights for the current policy's model, used from the next batch on. The caller hands
+        ``weights`` over: it must not modify those tensors afterwards."""
+        if self._policy is None:
+            raise RuntimeError("publish a policy before publishing weights for it")
+        with self._weights_lock:
+            self._pending_weights = (weights, version)
+
+    def _current_policy(self) -> Policy:
+        """The policy to generate with, with any pending weights applied (sampler thread only)."""
+        with self._weights_lock:
+            pending, self._pending_weights = self._pending_weights, None
+            policy = self._policy
+        assert policy is not None  # sample() refuses before the first publish
+        if pending is None:
+            return policy
+        weights, version = pending
+        policy.model.load_state_dict(weights)
+        policy = dataclasses.replace(policy, version=version)
+        with self._weights_lock:
+            if self._policy is not None and self._policy.model is policy.model:
+                self._policy = policy
+        return policy
 
     async def sample(self, rows: list[SampleRow]) -> tuple[list[RowResult], int]:
         """Generate ``rows`` (merged with concurrent requests); returns results and the policy version."""
@@ -108,12 +139,10 @@ class InferenceEngine:
             self._collector = None
 
     async def _run(self, batch: list[_Pending]) -> None:
-        policy = self._policy
-        assert policy is not None  # sample() refuses before the first publish
         rows = [row for item in batch for row in item.rows]
         loop = asyncio.get_running_loop()
         try:
-            results = await loop.run_in_executor(self._executor, self._generate, policy, rows)
+            results, version = await loop.run_in_executor(self._executor, self._generate, rows)
         except Exception as exc:
             for item in batch:
                 if not item.future.done():
@@ -124,12 +153,16 @@ class InferenceEngine:
         start = 0
         for item in batch:
             if not item.future.done():
-                item.future.set_result((results[start : start + len(item.rows)], policy.version))
+                item.future.set_result((results[start : start + len(item.rows)], version))
             start += len(item.rows)
 
-    def _generate(self, policy: Policy, rows: list[SampleRow]) -> list[RowResult]:
+    def _generate(self, rows: list[SampleRow]) -> tuple[list[RowResult], int]:
         with self._generator_lock:
-            return generate(policy.model, rows, pad_id=policy.pad_id, decode=policy.decode, generator=self._generator)
+            policy = self._current_policy()
+            results = generate(
+                policy.model, rows, pad_id=policy.pad_id, decode=policy.decode, generator=self._generator
+            )
+            return results, policy.version
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

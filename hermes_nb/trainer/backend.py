@@ -2,7 +2,8 @@
 
 Semantics follow Tinker: ``forward_backward`` accumulates gradients (calling it twice before ``optim_step``
 adds them up), ``optim_step`` applies and clears them. ``save_weights_for_sampler`` publishes the current
-weights as an immutable snapshot for the inference server, so a generation never sees a half-applied update.
+weights as an immutable snapshot for the inference server, so a generation never sees a half-applied update;
+``sampler_model`` gives the in-process inference server its own copy of the model to load them into.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class TrainingBackend(Protocol):
         ...
 
     def save_weights_for_sampler(self, name: str) -> SamplerHandle: ...
+
+    def sampler_model(self) -> Any: ...
 
 
 def model_dir_for(base_model: str) -> Path:

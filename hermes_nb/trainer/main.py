@@ -126,10 +126,11 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
     backend = make_backend(config)
 
     def publish(handle: SamplerHandle, step: int) -> None:
-        engine.publish(Policy(model=handle.policy, tokenizer=backend.tokenizer, version=step, name=backend.model_name))
+        engine.publish_weights(handle.policy, step)
 
     start_step = restore(backend, config)
-    publish(backend.save_weights_for_sampler("initial"), start_step)
+    sampler = backend.sampler_model()
+    engine.publish(Policy(model=sampler, tokenizer=backend.tokenizer, version=start_step, name=backend.model_name))
     logger.info("model %s loaded; policy version %d is served", backend.model_name, start_step)
     settings = LoopSettings.from_config(config, run_dir)
     if not config.infra.api_url:

@@ -77,8 +77,8 @@ class OptimStepOutput(BaseModel):
 
 
 class SamplerHandle(BaseModel):
-    """Weights published for sampling. ``policy`` is backend-specific (a frozen torch module for ``local``,
-    a sampler path for ``tinker``); ``version`` grows by one per publication."""
+    """Weights published for sampling. ``policy`` is backend-specific (for ``local``, a state dict of fresh
+    tensors for the sampler's model; for ``tinker``, a sampler path); ``version`` grows by one per publication."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
 

@@ -37,6 +37,7 @@ class FakeInferenceState:
     max_in_flight: int = 0
     authorization: list[str] = field(default_factory=list)
     bad_logprobs: bool = False
+    prompts_per_request: list[int] = field(default_factory=list)
 
 
 def prompt_ids(prompt: str) -> list[int]:
@@ -83,8 +84,12 @@ def make_inference_app(state: FakeInferenceState) -> Any:
     async def completions(request: CompletionRequest, raw: Request) -> Any:
         state.completion_requests += 1
         state.authorization.append(raw.headers.get("authorization", ""))
-        if request.prompt == REJECTED_PROMPT:
-            return JSONResponse({"detail": "prompt: refused by the fake server"}, status_code=400)
+        prompts = [request.prompt] if isinstance(request.prompt, str) else request.prompt
+        assert all(isinstance(p, str) for p in prompts)
+        state.prompts_per_request.append(len(prompts))
+        if REJECTED_PROMPT in prompts:
+            index = prompts.index(REJECTED_PROMPT)
+            return JSONResponse({"detail": f"prompt[{index}]: refused by the fake server"}, status_code=400)
         if state.fail_next > 0:
             state.fail_next -= 1
             return JSONResponse({"detail": "sampler reloading"}, status_code=503)
@@ -94,17 +99,19 @@ def make_inference_app(state: FakeInferenceState) -> Any:
             await asyncio.sleep(state.delay_s)
         finally:
             state.in_flight -= 1
-        assert isinstance(request.prompt, str)
-        ids = prompt_ids(request.prompt)
-        choices = [choice(i, request) for i in range(request.n)]
+        ids = [prompt_ids(str(p)) for p in prompts]
+        choices = [choice(k, request) for k in range(len(prompts) * request.n)]
         generated = sum(len(c.token_ids) for c in choices)
+        prompt_tokens = sum(len(i) for i in ids)
         return CompletionResponse(
             id="cmpl-1",
             created=int(time.time()),
             model=request.model,
             choices=choices,
-            usage=Usage(prompt_tokens=len(ids), completion_tokens=generated, total_tokens=len(ids) + generated),
-            prompt_token_ids=[ids],
+            usage=Usage(
+                prompt_tokens=prompt_tokens, completion_tokens=generated, total_tokens=prompt_tokens + generated
+            ),
+            prompt_token_ids=ids,
         )
 
     @app.post("/generate")

@@ -64,24 +64,27 @@ async def register_trainer(api: TrajectoryClient, num_steps: int) -> None:
     await api.register(Registration(batch_size=BATCH, max_token_len=64, num_steps=num_steps))
 
 
-async def train(api: TrajectoryClient, steps: int, seen: list[ScoredDataGroup]) -> None:
-    """Play the trainer: take ``steps`` batches as they become available."""
+async def train(api: TrajectoryClient, steps: int, seen: list[ScoredDataGroup], step_s: float = 0.0) -> None:
+    """Play the trainer: take ``steps`` batches as they become available, each "step" taking ``step_s``."""
     taken = 0
     while taken < steps:
         batch = await api.batch()
         if batch:
             seen.extend(batch)
             taken += 1
+            await asyncio.sleep(step_s)
         else:
             await asyncio.sleep(0.05)
 
 
-async def serve_alongside_trainer(env: BaseEnv, config: RunConfig, steps: int) -> tuple[object, list]:  # type: ignore[type-arg]
+async def serve_alongside_trainer(
+    env: BaseEnv, config: RunConfig, steps: int, step_s: float = 0.0
+) -> tuple[object, list]:  # type: ignore[type-arg]
     seen: list[ScoredDataGroup] = []
     async with TrajectoryClient(config.infra.api_url or "") as api:
         await register_trainer(api, steps)
         serving = asyncio.create_task(runtime.serve(env, config, handle_signals=False))
-        await asyncio.wait_for(train(api, steps, seen), 30)
+        await asyncio.wait_for(train(api, steps, seen, step_s), 30)
         outcome = await asyncio.wait_for(serving, 30)
     return outcome, seen
 
@@ -107,7 +110,9 @@ def test_groups_reach_the_api_with_aligned_masks_and_logprobs(tmp_path: Path, se
 def test_stops_at_total_steps_with_metrics_and_evals_logged(tmp_path: Path, servers: tuple) -> None:  # type: ignore[type-arg]
     api_url, inf_url, _ = servers
     config = run_config(tmp_path, api_url, inf_url)
-    outcome, _ = asyncio.run(serve_alongside_trainer(tiny_env(tmp_path, config), config, steps=4))
+    # Steps slower than the environment's status poll, so it sees every step, as with a real trainer.
+    step_s = 2 * runtime.POLL_S
+    outcome, _ = asyncio.run(serve_alongside_trainer(tiny_env(tmp_path, config), config, steps=4, step_s=step_s))
 
     assert outcome.step == 4  # type: ignore[attr-defined]
     rows = read_all_metrics(tmp_path / "env_metrics.jsonl")
@@ -316,3 +321,42 @@ async def _num_envs(api_url: str) -> bool:
     async with TrajectoryClient(api_url) as api:
         health = await api.health()
     return bool(health.num_envs)  # type: ignore[attr-defined]
+
+
+class CountingTransport(httpx.AsyncHTTPTransport):
+    """A real transport that remembers the path of every request it sends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.paths.append(request.url.path)
+        return await super().handle_async_request(request)
+
+
+def test_groups_finished_together_reach_the_api_in_one_request(api_url: str) -> None:
+    from hermes_nb.env.api_link import TrajectoryLink
+    from hermes_nb.protocol.trajectory import RegisterEnv
+
+    httpx.get(api_url + "/reset_data", timeout=10).raise_for_status()
+    groups = [
+        ScoredDataGroup(
+            tokens=[[5, 6, k], [5, 6, 9]], masks=[[MASK_IGNORE, 6, k], [MASK_IGNORE, 6, 9]], scores=[1.0, 0.0]
+        )
+        for k in range(10, 14)
+    ]
+
+    async def post_together() -> tuple[list[str], list[ScoredDataGroup] | None]:
+        transport = CountingTransport()
+        async with TrajectoryClient(api_url) as api:
+            await register_trainer(api, num_steps=10)
+            link = TrajectoryLink(api_url, transport=transport)
+            await link.register(RegisterEnv(max_token_length=64, desired_name="t", group_size=GROUP))
+            await asyncio.gather(*(link.post_group(g) for g in groups))
+            await link.aclose()
+            return transport.paths, await api.batch()
+
+    paths, batch = asyncio.run(post_together())
+    assert paths == ["/register-env", "/scored_data_list"]
+    assert batch is not None and [g.tokens[0][2] for g in batch] == [10, 11]  # a batch is BATCH = 4 sequences

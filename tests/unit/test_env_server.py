@@ -17,6 +17,7 @@ from env_runtime_fakes import (
 
 from hermes_nb.env.config import APIServerConfig
 from hermes_nb.env.server import InferenceError, ServerManager
+from hermes_nb.env.types import SampledCompletion
 from hermes_nb.net import LOOPBACK, free_port
 from hermes_nb.protocol.inference import GenerateRequest
 
@@ -69,7 +70,7 @@ def test_invalid_request_fails_at_once_with_the_field_named() -> None:
 
 
 def test_4xx_from_the_server_is_not_retried() -> None:
-    refused = pytest.raises(InferenceError, match="HTTP 400: prompt: refused")
+    refused = pytest.raises(InferenceError, match=r"HTTP 400: prompt\[0\]: refused")
     with fake_inference_server() as (url, state), refused:
         asyncio.run(_sample_and_close(manager(url), REJECTED_PROMPT))
     assert state.completion_requests == 1
@@ -84,7 +85,8 @@ def test_misaligned_logprobs_are_refused() -> None:
 def test_concurrency_is_capped_per_server() -> None:
     async def many(server: ServerManager) -> None:
         try:
-            await asyncio.gather(*(server.sample(f"p{i}") for i in range(8)))
+            # Different settings never share a request, so these are eight requests.
+            await asyncio.gather(*(server.sample(f"p{i}", max_tokens=i + 1) for i in range(8)))
         finally:
             await server.aclose()
 
@@ -92,6 +94,38 @@ def test_concurrency_is_capped_per_server() -> None:
         asyncio.run(many(manager(url, num_max_requests_at_once=2)))
     assert state.completion_requests == 8
     assert state.max_in_flight == 2
+
+
+def test_concurrent_samples_with_the_same_settings_share_one_request() -> None:
+    async def many(server: ServerManager) -> list[list[SampledCompletion]]:
+        try:
+            return await asyncio.gather(*(server.sample(f"p{i}", n=3) for i in range(8)))
+        finally:
+            await server.aclose()
+
+    with fake_inference_server() as (url, state):
+        groups = asyncio.run(many(manager(url)))
+    assert state.prompts_per_request == [8]
+    for i, group in enumerate(groups):
+        assert len(group) == 3
+        assert {tuple(c.prompt_token_ids) for c in group} == {tuple(prompt_ids(f"p{i}"))}
+
+
+def test_a_refused_prompt_fails_only_its_own_caller() -> None:
+    async def mixed(server: ServerManager) -> list[object]:
+        try:
+            prompts = ["a", REJECTED_PROMPT, "b"]
+            return await asyncio.gather(*(server.sample(p) for p in prompts), return_exceptions=True)
+        finally:
+            await server.aclose()
+
+    with fake_inference_server() as (url, state):
+        first, refused, last = asyncio.run(mixed(manager(url)))
+    assert isinstance(refused, InferenceError)
+    assert [c.prompt_token_ids for c in first] == [prompt_ids("a")]  # type: ignore[attr-defined]
+    assert [c.prompt_token_ids for c in last] == [prompt_ids("b")]  # type: ignore[attr-defined]
+    # The shared request was refused, then each prompt was asked alone.
+    assert state.prompts_per_request == [3, 1, 1, 1]
 
 
 def test_api_key_comes_from_the_named_variable_and_is_never_logged(

@@ -170,3 +170,25 @@ def test_a_multi_prompt_evaluation_request_is_answered_by_one_policy_version(ser
     ]
     assert [c.text for c in batch.completions] == [a["choices"][0]["text"] for a in alone]
     assert {a["policy_version"] for a in alone} == {7}
+
+
+def test_published_weights_are_served_from_the_next_batch_with_their_version(server, model_and_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    import copy
+
+    srv, url = server
+    model, tokenizer = model_and_tokenizer
+    own = copy.deepcopy(model)
+    srv.engine.publish(Policy(model=own, tokenizer=tokenizer, version=0, name="tiny"))
+    body = {"prompt_token_ids": [[5, 6, 7]], "max_tokens": 4, "temperature": 1.0, "seed": 3}
+    before = httpx.post(f"{url}/generate", json=body, timeout=30).json()
+    # New weights: every parameter scaled, so greedy logprobs must change.
+    weights = {k: t.detach().clone() * 1.5 for k, t in model.state_dict().items()}
+    srv.engine.publish_weights(weights, version=4)
+    weights_before_serving = {k: t.clone() for k, t in weights.items()}
+    after = httpx.post(f"{url}/generate", json=body, timeout=30).json()
+    assert before["policy_version"] == 0 and after["policy_version"] == 4
+    assert after["sequences"][0]["logprobs"] != before["sequences"][0]["logprobs"]
+    assert all(torch.equal(own.state_dict()[k], weights_before_serving[k]) for k in weights)
+    assert httpx.get(f"{url}/health").json()["policy_version"] == 4
+    # The caller's model is untouched: the engine loaded the weights into the policy's own module.
+    assert all(torch.equal(model.state_dict()[k] * 1.5, weights[k]) for k in weights)

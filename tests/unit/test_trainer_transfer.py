@@ -161,7 +161,7 @@ def test_transfer_starts_from_the_source_weights_with_a_fresh_optimizer(model_di
         assert not torch.allclose(logits, base(input_ids=tokens).logits)
 
     prompts = [[6, 7], [10, 11, 12], [40]]
-    policy = backend.save_weights_for_sampler("initial").policy
+    policy = backend.sampler_model()
     assert _greedy(policy, backend.tokenizer, prompts) == _greedy(source, backend.tokenizer, prompts)
     assert backend._optimizer is None
     train_step(backend, _batch(1), config.trainer)
