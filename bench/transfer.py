@@ -15,11 +15,14 @@ quickstart config (``configs/quickstart.yaml``, read when the bench starts) as t
 Which pair transfers: A's final checkpoint and the base model are also evaluated (greedy, held-out) on every
 operation, i.e. what A's training carries to each candidate B before B trains at all.
 
-The crossing step of an arm is the first evaluation (``eval/percent_correct`` in ``env_metrics.jsonl``, greedy on
-``eval_items`` held-out items, every ``steps_per_eval`` steps; step 0 is the evaluation before the first step) at
-or above ``--target``. Seconds run from the arm's first trainer step (``metrics.jsonl``) to that evaluation's wall
-time; evaluation pauses are charged. Steps are the primary figure: other jobs share the CPU, so seconds are only
-reported as the from-A / from-base ratio, both measured concurrently.
+The bar is fixed before B trains, by a rule rather than by looking at curves: the base model's greedy held-out
+accuracy on B (measured here, in process) plus ``--lift`` (15 points, the lift ``bench/vs_trl.py`` uses), unless
+``--target`` gives an absolute accuracy. The crossing step of an arm is the first evaluation
+(``eval/percent_correct`` in ``env_metrics.jsonl``, greedy on ``eval_items`` held-out items, every
+``steps_per_eval`` steps; step 0 is the evaluation before the first step) at or above the bar. Seconds run from
+the arm's first trainer step (``metrics.jsonl``) to that evaluation's wall time; evaluation pauses are charged.
+Steps are the primary figure: other jobs share the CPU, so seconds are only reported as the from-A / from-base
+ratio, both measured concurrently.
 
 Retention: each run's final checkpoint is evaluated on task A here, in this process, with the environment's own
 held-out items and checker and greedy decoding: the same measurement as the runs' ``eval/percent_correct``, on
@@ -27,7 +30,7 @@ the A items of the same seed. (``rl_test_inference`` would measure something els
 the environment's temperature, a few groups per model.) The A run's own last evaluation is printed next to this
 evaluation of its final checkpoint as a check that the two agree.
 
-    .venv/bin/python bench/transfer.py [--quick] [--seeds 0 1] [--a-steps 200] [--b-steps 150] [--target 0.33]
+    .venv/bin/python bench/transfer.py [--quick] [--seeds 0 1 2] [--a-steps 300] [--b-steps 400] [--lift 0.15]
                                        [--b-operation mixed] [--set NAME=VALUE ...] [--write]
 """
 
@@ -70,7 +73,8 @@ class Plan:
     seeds: list[int]
     a_steps: int
     b_steps: int
-    target: float
+    lift: float
+    target: float | None  # an absolute bar instead of the base model's accuracy on B + lift
     b_operation: str
     steps_per_eval: int
     eval_items: int
@@ -100,6 +104,7 @@ class SeedOutcome:
     # Per operation: greedy held-out accuracy of (the base model, A's final checkpoint): what A carries to each B.
     zero_step: dict[str, tuple[float, float | None]]
     load: float
+    target: float  # the bar on B, fixed before B trained
 
 
 # ---------------------------------------------------------------- runs
@@ -221,13 +226,18 @@ def bench_seed(plan: Plan, seed: int) -> SeedOutcome:
 
     run_sync(rl_select_environment(ENVIRONMENT))
     run_sync(rl_load_config(QUICKSTART))
+    base_model = str(embedded_base_model_dir())
+    target = plan.target
+    if target is None:
+        target = HeldOutEvaluator(plan.b_operation, seed, plan.eval_items).accuracy(base_model) + plan.lift
     print(f"seed {seed}: A = {A_OPERATION}, {plan.a_steps} steps", flush=True)
     a = train_a(plan, seed)
-    print(f"seed {seed}: B = {plan.b_operation}, {plan.b_steps} steps, three runs together", flush=True)
+    print(
+        f"seed {seed}: B = {plan.b_operation}, {plan.b_steps} steps, three runs together; bar {pct(target)}", flush=True
+    )
     arms = train_b(plan, seed, a)
     load = os.getloadavg()[0]
     evaluator = HeldOutEvaluator(A_OPERATION, seed, plan.eval_items)
-    base_model = str(embedded_base_model_dir())
     for arm in [a, *arms.values()]:
         arm.a_accuracy = evaluator.accuracy(arm.checkpoint) if arm.checkpoint else None
     zero_step = {
@@ -235,7 +245,7 @@ def bench_seed(plan: Plan, seed: int) -> SeedOutcome:
         for op in OPERATIONS
         for ev in [evaluator if op == A_OPERATION else HeldOutEvaluator(op, seed, plan.eval_items)]
     }
-    return SeedOutcome(seed=seed, a=a, arms=arms, zero_step=zero_step, load=load)
+    return SeedOutcome(seed=seed, a=a, arms=arms, zero_step=zero_step, load=load, target=target)
 
 
 # ---------------------------------------------------------------- task-A evaluation in this process
@@ -312,21 +322,23 @@ def seed_lines(plan: Plan, outcome: SeedOutcome) -> list[str]:
         f"{pct(a.a_accuracy)}",
         "  base model -> A's final checkpoint, greedy held-out: "
         + ", ".join(f"{op} {pct(base)} -> {pct(after)}" for op, (base, after) in outcome.zero_step.items()),
-        f"  {'arm':<16} {'B start':>8} {'B end':>7} {'reaches ' + pct(plan.target):>18} {'s/step':>7} {'A after B':>9}",
+        f"  {'arm':<16} {'B start':>8} {'B end':>7} {'reaches ' + pct(outcome.target):>18} "
+        f"{'s/step':>7} {'A after B':>9}",
     ]
     for arm in outcome.arms.values():
         lines.append(
             f"  {arm.name:<16} {pct(arm.evals[0][2]):>8} {pct(arm.evals[-1][2]):>7} "
-            f"{crossing_text(arm, plan.target, plan.b_steps):>18} {arm.seconds_per_step:>7.2f} {pct(arm.a_accuracy):>9}"
+            f"{crossing_text(arm, outcome.target, plan.b_steps):>18} {arm.seconds_per_step:>7.2f} "
+            f"{pct(arm.a_accuracy):>9}"
         )
         lines.append("    curve: " + " ".join(f"{step}:{acc * 100:.0f}" for step, _, acc in arm.evals))
-    lines.append(f"  first step at or above ({' / '.join(outcome.arms)}): " + thresholds_text(plan, outcome))
+    lines.append(f"  first step at or above ({' / '.join(outcome.arms)}): " + thresholds_text(outcome))
     return lines
 
 
-def thresholds_text(plan: Plan, outcome: SeedOutcome) -> str:
+def thresholds_text(outcome: SeedOutcome) -> str:
     """Crossing steps at the target and below it: how the comparison depends on where the bar is set."""
-    bars = sorted({round(plan.target - k * THRESHOLD_STEP, 3) for k in range(THRESHOLDS)})
+    bars = sorted({round(outcome.target - k * THRESHOLD_STEP, 3) for k in range(THRESHOLDS)})
     parts = []
     for bar in bars:
         steps = [arm.crossing(bar) for arm in outcome.arms.values()]
@@ -350,8 +362,8 @@ def summary_lines(plan: Plan, outcomes: list[SeedOutcome]) -> list[str]:
     lines = []
     met = 0
     for outcome in outcomes:
-        steps, seconds = step_ratio(outcome, plan.target, plan.b_steps)
-        base_crossed = outcome.arms["from base"].crossing(plan.target) is not None
+        steps, seconds = step_ratio(outcome, outcome.target, plan.b_steps)
+        base_crossed = outcome.arms["from base"].crossing(outcome.target) is not None
         ok = steps is not None and steps <= TARGET_STEP_RATIO + 1e-9
         met += ok
         lines.append(
@@ -371,7 +383,7 @@ def summary_lines(plan: Plan, outcomes: list[SeedOutcome]) -> list[str]:
         )
     )
     lines.append(
-        f"target (from A <= {TARGET_STEP_RATIO:.0%} of the steps to {pct(plan.target)}): met for {met}/{len(outcomes)} "
+        f"target (from A <= {TARGET_STEP_RATIO:.0%} of the steps to the bar): met for {met}/{len(outcomes)} "
         f"seeds. Task A held-out accuracy, mean over seeds: after A {pct(mean(a_final))}; after B "
         + ", ".join(f"{name} {pct(mean(values))}" for name, values in retained.items())
     )
@@ -431,10 +443,11 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 def parse_plan(argv: list[str] | None = None) -> tuple[Plan, bool]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one seed, shorter runs (a smoke check, ~6 min)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--a-steps", type=int, default=200)
-    parser.add_argument("--b-steps", type=int, default=150)
-    parser.add_argument("--target", type=float, default=0.33, help="held-out accuracy on B to reach")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--a-steps", type=int, default=300)
+    parser.add_argument("--b-steps", type=int, default=400)
+    parser.add_argument("--lift", type=float, default=0.15, help="bar = base model's accuracy on B + this")
+    parser.add_argument("--target", type=float, default=None, help="an absolute bar on B instead")
     parser.add_argument("--b-operation", choices=("sub", "mixed"), default="mixed")
     parser.add_argument("--steps-per-eval", type=int, default=10)
     parser.add_argument("--eval-items", type=int, default=200)
@@ -448,6 +461,7 @@ def parse_plan(argv: list[str] | None = None) -> tuple[Plan, bool]:
         seeds=args.seeds,
         a_steps=args.a_steps,
         b_steps=args.b_steps,
+        lift=args.lift,
         target=args.target,
         b_operation=args.b_operation,
         steps_per_eval=args.steps_per_eval,
@@ -463,7 +477,9 @@ def main() -> None:
     began = time.time()
     header = (
         f"config {QUICKSTART.relative_to(ROOT)}: A = {A_OPERATION} {plan.a_steps} steps, B = {plan.b_operation} "
-        f"{plan.b_steps} steps, target {pct(plan.target)}, eval every {plan.steps_per_eval} steps on "
+        f"{plan.b_steps} steps, bar "
+        + (pct(plan.target) if plan.target is not None else f"base model on B + {plan.lift * 100:g} points")
+        + f", eval every {plan.steps_per_eval} steps on "
         f"{plan.eval_items} items, replay weight {plan.transfer_weight}"
         + (f", overrides {plan.overrides}" if plan.overrides else "")
     )

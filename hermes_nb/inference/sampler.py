@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from hermes_nb.inference.fast_llama import FastLlama, KVCache, select_rows
+from hermes_nb.inference.fast_llama import supports as fast_llama_supports
 from hermes_nb.protocol.inference import FinishReason
 
 # Keeps Gumbel noise finite: u in (0, 1) strictly, so -log(-log(u)) never hits +-inf.
@@ -139,6 +141,57 @@ def _finished(row: SampleRow, result: RowResult, token: int, decode: Callable[[l
     return False
 
 
+class _TransformersStepper:
+    """Runs any Hugging Face causal LM through its own forward and ``DynamicCache``."""
+
+    def __init__(self, model: Any) -> None:
+        from transformers import DynamicCache
+
+        self.model = model
+        self.cache = DynamicCache()
+        self.cache_kw = {cache_argument(model): self.cache}
+
+    def prefill(self, ids_PL: torch.Tensor, mask_PL: torch.Tensor, positions_PL: torch.Tensor) -> torch.Tensor:
+        out = self.model(
+            input_ids=ids_PL, attention_mask=mask_PL, position_ids=positions_PL, use_cache=True, logits_to_keep=1,
+            **self.cache_kw,
+        )  # fmt: skip
+        return out.logits[:, -1, :]
+
+    def select(self, index: torch.Tensor) -> None:
+        self.cache.batch_select_indices(index)
+
+    def step(self, tokens_B: torch.Tensor, mask_BK: torch.Tensor, positions_B: torch.Tensor) -> torch.Tensor:
+        out = self.model(
+            input_ids=tokens_B[:, None], attention_mask=mask_BK, position_ids=positions_B[:, None], use_cache=True,
+            **self.cache_kw,
+        )  # fmt: skip
+        return out.logits[:, -1, :]
+
+
+class _FastStepper:
+    """The same steps through ``hermes_nb.inference.fast_llama`` (Llama models: a fraction of the overhead)."""
+
+    def __init__(self, model: Any) -> None:
+        self.forward = FastLlama(model)
+        self.cache: KVCache = []
+
+    def prefill(self, ids_PL: torch.Tensor, mask_PL: torch.Tensor, positions_PL: torch.Tensor) -> torch.Tensor:
+        logits, self.cache = self.forward(ids_PL, positions_PL, mask_PL, last_only=True)
+        return logits[:, -1, :]
+
+    def select(self, index: torch.Tensor) -> None:
+        self.cache = select_rows(self.cache, index)
+
+    def step(self, tokens_B: torch.Tensor, mask_BK: torch.Tensor, positions_B: torch.Tensor) -> torch.Tensor:
+        logits, self.cache = self.forward(tokens_B[:, None], positions_B[:, None], mask_BK, self.cache)
+        return logits[:, -1, :]
+
+
+def stepper_for(model: Any) -> _TransformersStepper | _FastStepper:
+    return _FastStepper(model) if fast_llama_supports(model) else _TransformersStepper(model)
+
+
 @torch.no_grad()
 def generate(
     model: Any,
@@ -149,8 +202,6 @@ def generate(
     generator: torch.Generator,
 ) -> list[RowResult]:
     """Generate every row in one batch with a KV cache. ``model`` is a Hugging Face causal LM (eval mode)."""
-    from transformers import DynamicCache
-
     if not rows:
         return []
     batch = _Batch(rows)
@@ -158,20 +209,11 @@ def generate(
     unique: dict[tuple[int, ...], int] = {}
     row_prompt = torch.tensor([unique.setdefault(tuple(r.prompt), len(unique)) for r in rows], dtype=torch.long)
     ids_PL, mask_PL, positions_PL = left_pad([list(p) for p in unique], pad_id)
-    cache = DynamicCache()
-    cache_arg = cache_argument(model)
-    out = model(
-        input_ids=ids_PL,
-        attention_mask=mask_PL,
-        position_ids=positions_PL,
-        use_cache=True,
-        logits_to_keep=1,
-        **{cache_arg: cache},
-    )
-    cache.batch_select_indices(row_prompt)  # [P, ...] -> [B, ...]
+    stepper = stepper_for(model)
+    logits_BV = stepper.prefill(ids_PL, mask_PL, positions_PL)[row_prompt]
+    stepper.select(row_prompt)  # [P, ...] -> [B, ...]
     mask_BL = mask_PL[row_prompt]
     next_position_B = positions_PL[row_prompt, -1] + 1
-    logits_BV = out.logits[row_prompt, -1, :]
     while True:
         logp_BV = sampling_logprobs(logits_BV, batch.temperature_B, batch.top_p_B)
         tokens_B, chosen_B = draw(
@@ -193,16 +235,9 @@ def generate(
         if len(running) < len(batch.active):
             # Finished rows leave the batch: slice the cache, the mask and the per-row settings to the others.
             index = torch.tensor(running, dtype=torch.long)
-            cache.batch_select_indices(index)
+            stepper.select(index)
             mask_BL, tokens_B, next_position_B = mask_BL[index], tokens_B[index], next_position_B[index]
             batch.keep(running)
         mask_BL = torch.cat([mask_BL, torch.ones((len(running), 1), dtype=torch.long)], dim=1)
-        out = model(
-            input_ids=tokens_B[:, None],
-            attention_mask=mask_BL,
-            position_ids=next_position_B[:, None],
-            use_cache=True,
-            **{cache_arg: cache},
-        )
+        logits_BV = stepper.step(tokens_B, mask_BL, next_position_B)
         next_position_B = next_position_B + 1
-        logits_BV = out.logits[:, -1, :]
