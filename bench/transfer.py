@@ -267,11 +267,11 @@ class HeldOutEvaluator:
 
     def __init__(self, operation: str, seed: int, eval_items: int) -> None:
         module = load_arithmetic()
-        config = module.ArithmeticConfig(operation=operation, seed=seed, eval_items=eval_items)
-        self.items = module.eval_items(config)
-        self.max_tokens = module.max_completion_tokens(config)
-        self.score = module.score_completion
-        self.stop = module.STOP
+        env = module.ArithmeticEnv(module.ArithmeticConfig(operation=operation, seed=seed, eval_items=eval_items))
+        self.items = env.eval_items()
+        self.max_tokens = env.max_completion_tokens()
+        self.score = env.score_completion
+        self.stop = env.stop
 
     def accuracy(self, model_dir: str) -> float:
         import torch

@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import itertools
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -43,18 +42,25 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "environments"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import arithmetic  # noqa: E402  (the shipped environment's plain functions)
+import arithmetic  # noqa: E402  (the shipped environment, used in process for its items and checker)
 from learning import QUICKSTART, read_rows  # noqa: E402
 
 GROUP_SIZE = 16
 BATCH_SIZE = 128  # completions per step: 8 prompts x 16
 TEMPERATURE = 1.0
 EVAL_ITEMS = 200
-MAX_COMPLETION = arithmetic.max_completion_tokens(arithmetic.ArithmeticConfig(operation="add", digits=2))
 
 
-def task(seed: int) -> arithmetic.ArithmeticConfig:
-    return arithmetic.ArithmeticConfig(operation="add", digits=2, eval_items=EVAL_ITEMS, seed=seed)
+def task(seed: int) -> arithmetic.ArithmeticEnv:
+    """The environment with the run's seed (it picks the training and held-out items); it contacts no server."""
+    return arithmetic.ArithmeticEnv(
+        arithmetic.ArithmeticConfig(operation="add", digits=2, eval_items=EVAL_ITEMS, seed=seed)
+    )
+
+
+# The completion budget and the checker are the same for every seed.
+MAX_COMPLETION = task(0).max_completion_tokens()
+score_completion = task(0).score_completion
 
 
 @dataclass
@@ -171,20 +177,20 @@ def greedy_accuracy(model: Any, tokenizer: Any, items: list[Any]) -> float:
     if was_training:
         model.train()
     pairs = zip(texts, items, strict=True)
-    right = [arithmetic.score_completion(text.split("\n")[0], item.answer) for text, item in pairs]
+    right = [score_completion(text.split("\n")[0], item.answer) for text, item in pairs]
     return sum(right) / len(items)
 
 
 def trl_dataset(seed: int, rows: int) -> Any:
     from datasets import Dataset
 
-    rng = random.Random(seed)
-    items = [arithmetic.train_item(rng, task(seed)) for _ in range(rows)]
+    env = task(seed)  # its training items, from its own RNG seeded with the run's seed
+    items = [env.train_item() for _ in range(rows)]
     return Dataset.from_dict({"prompt": [i.prompt for i in items], "answer": [i.answer for i in items]})
 
 
 def reward(prompts: list[str], completions: list[str], answer: list[str], **_: Any) -> list[float | None]:
-    return [arithmetic.score_completion(c.split("\n")[0], a) for c, a in zip(completions, answer, strict=True)]
+    return [score_completion(c.split("\n")[0], a) for c, a in zip(completions, answer, strict=True)]
 
 
 def base_accuracy(seed: int) -> float:
@@ -196,7 +202,7 @@ def base_accuracy(seed: int) -> float:
 
     model_dir = str(embedded_base_model_dir())
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    return greedy_accuracy(model, AutoTokenizer.from_pretrained(model_dir), arithmetic.eval_items(task(seed)))
+    return greedy_accuracy(model, AutoTokenizer.from_pretrained(model_dir), task(seed).eval_items())
 
 
 def run_trl(seed: int, lr: float, eval_every: int, target: float, max_seconds: float, max_steps: int) -> Curve:
@@ -209,7 +215,7 @@ def run_trl(seed: int, lr: float, eval_every: int, target: float, max_seconds: f
     model_dir = str(embedded_base_model_dir())
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    items = arithmetic.eval_items(task(seed))
+    items = task(seed).eval_items()
     curve = Curve("TRL GRPOTrainer")
 
     class Clock(TrainerCallback):

@@ -4,7 +4,7 @@ Task: the prompt is ``count:<c>:<s>=`` where ``s`` has ``min_length`` to ``max_l
 first ``alphabet_size`` letters of a-z and ``c`` is one of those letters (it may not occur: the answer is
 then 0).
 Reward: 1.0 when the completion, stripped of surrounding whitespace, is exactly the count in decimal; 0.0
-otherwise.
+otherwise (``QAEnv``'s exact match).
 Eval: greedy (temperature 0) accuracy over ``eval_items`` held-out problems, whose prompts hash into the
 held-out split (``hermes_nb.env.splits``) and are therefore never training items; reported as
 ``eval/percent_correct``.
@@ -13,15 +13,11 @@ held-out split (``hermes_nb.env.splits``) and are therefore never training items
 from __future__ import annotations
 
 import random
-from functools import partial
 
 from pydantic import Field, model_validator
 
 from hermes_nb.env import BaseEnvConfig, QAEnv, QAItem
-from hermes_nb.env.splits import draw_item, heldout_items
 
-# Completions end at the end-of-sequence token; a newline is a second, tokenizer-independent stop.
-STOP = ["\n"]
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -38,48 +34,21 @@ class CountLettersConfig(BaseEnvConfig):
         return self
 
 
-def generate_problem(rng: random.Random, config: CountLettersConfig) -> QAItem:
-    """One problem from ``rng``, on either side of the train/held-out split."""
-    letters = ALPHABET[: config.alphabet_size]
-    text = "".join(rng.choice(letters) for _ in range(rng.randint(config.min_length, config.max_length)))
-    target = rng.choice(letters)
-    return QAItem(prompt=f"count:{target}:{text}=", answer=str(text.count(target)))
-
-
-def train_item(rng: random.Random, config: CountLettersConfig) -> QAItem:
-    return draw_item(partial(generate_problem, config=config), rng, "train")
-
-
-def eval_items(config: CountLettersConfig) -> list[QAItem]:
-    generate = partial(generate_problem, config=config)
-    return heldout_items(generate, config.eval_items, seed=config.seed, task_name=CountLettersEnv.name or "")
-
-
-def score_completion(text: str, answer: str) -> float:
-    return 1.0 if text.strip() == answer else 0.0
-
-
-def max_completion_tokens(config: CountLettersConfig) -> int:
-    # At most two digits (max_length <= 20), the end-of-sequence token, and one spare to fail fast.
-    return 4
-
-
 class CountLettersEnv(QAEnv):
     name = "count_letters"
     env_config_cls = CountLettersConfig
     config: CountLettersConfig
 
-    def train_item(self) -> QAItem:
-        return train_item(self.rng, self.config)
-
-    def eval_items(self) -> list[QAItem]:
-        return eval_items(self.config)
+    def generate_problem(self, rng: random.Random) -> QAItem:
+        config = self.config
+        letters = ALPHABET[: config.alphabet_size]
+        text = "".join(rng.choice(letters) for _ in range(rng.randint(config.min_length, config.max_length)))
+        target = rng.choice(letters)
+        return QAItem(prompt=f"count:{target}:{text}=", answer=str(text.count(target)))
 
     def max_completion_tokens(self) -> int:
-        return max_completion_tokens(self.config)
-
-    def score_completion(self, text: str, answer: str) -> float:
-        return score_completion(text, answer)
+        # At most two digits (max_length <= 20), the end-of-sequence token, and one spare to fail fast.
+        return 4
 
 
 if __name__ == "__main__":

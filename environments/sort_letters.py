@@ -3,7 +3,7 @@
 Task: the prompt is ``sort:<s>=`` where ``s`` has ``min_length`` to ``max_length`` letters drawn from the
 first ``alphabet_size`` letters of a-z (repeats allowed, and kept in the answer).
 Reward: 1.0 when the completion, stripped of surrounding whitespace, is exactly the letters of ``s`` in
-alphabetical order; 0.0 otherwise.
+alphabetical order; 0.0 otherwise (``QAEnv``'s exact match).
 Eval: greedy (temperature 0) accuracy over ``eval_items`` held-out strings, whose prompts hash into the
 held-out split (``hermes_nb.env.splits``) and are therefore never training items; reported as
 ``eval/percent_correct``.
@@ -12,15 +12,11 @@ held-out split (``hermes_nb.env.splits``) and are therefore never training items
 from __future__ import annotations
 
 import random
-from functools import partial
 
 from pydantic import Field, model_validator
 
 from hermes_nb.env import BaseEnvConfig, QAEnv, QAItem
-from hermes_nb.env.splits import draw_item, heldout_items
 
-# Completions end at the end-of-sequence token; a newline is a second, tokenizer-independent stop.
-STOP = ["\n"]
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -36,47 +32,20 @@ class SortLettersConfig(BaseEnvConfig):
         return self
 
 
-def generate_problem(rng: random.Random, config: SortLettersConfig) -> QAItem:
-    """One problem from ``rng``, on either side of the train/held-out split."""
-    letters = ALPHABET[: config.alphabet_size]
-    text = "".join(rng.choice(letters) for _ in range(rng.randint(config.min_length, config.max_length)))
-    return QAItem(prompt=f"sort:{text}=", answer="".join(sorted(text)))
-
-
-def train_item(rng: random.Random, config: SortLettersConfig) -> QAItem:
-    return draw_item(partial(generate_problem, config=config), rng, "train")
-
-
-def eval_items(config: SortLettersConfig) -> list[QAItem]:
-    generate = partial(generate_problem, config=config)
-    return heldout_items(generate, config.eval_items, seed=config.seed, task_name=SortLettersEnv.name or "")
-
-
-def score_completion(text: str, answer: str) -> float:
-    return 1.0 if text.strip() == answer else 0.0
-
-
-def max_completion_tokens(config: SortLettersConfig) -> int:
-    # The longest answer, the end-of-sequence token, and one spare to fail fast.
-    return config.max_length + 2
-
-
 class SortLettersEnv(QAEnv):
     name = "sort_letters"
     env_config_cls = SortLettersConfig
     config: SortLettersConfig
 
-    def train_item(self) -> QAItem:
-        return train_item(self.rng, self.config)
-
-    def eval_items(self) -> list[QAItem]:
-        return eval_items(self.config)
+    def generate_problem(self, rng: random.Random) -> QAItem:
+        config = self.config
+        letters = ALPHABET[: config.alphabet_size]
+        text = "".join(rng.choice(letters) for _ in range(rng.randint(config.min_length, config.max_length)))
+        return QAItem(prompt=f"sort:{text}=", answer="".join(sorted(text)))
 
     def max_completion_tokens(self) -> int:
-        return max_completion_tokens(self.config)
-
-    def score_completion(self, text: str, answer: str) -> float:
-        return score_completion(text, answer)
+        # The longest answer, the end-of-sequence token, and one spare to fail fast.
+        return self.config.max_length + 2
 
 
 if __name__ == "__main__":

@@ -32,6 +32,13 @@ from typing import Any
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# This script and the environments import hermes_nb: make this checkout importable when it is not installed.
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from hermes_nb.env import QAEnv, QAItem  # noqa: E402
+from hermes_nb.env.splits import draw_item  # noqa: E402
+
 DEFAULT_OUT = REPO_ROOT / "hermes_nb" / "assets" / "base_model"
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 # Every printable ASCII character and newline: the shipped tasks use digits, + - = : and a-z; the rest lets
@@ -65,27 +72,24 @@ EVAL_ITEMS = 200
 
 @dataclass
 class Task:
-    """One shipped environment with a fixed config: its pure task functions, no runtime."""
+    """One shipped environment with a fixed config, used for its task methods only (no server is contacted)."""
 
     label: str
-    module: ModuleType
-    config: Any
+    env: QAEnv
     weight: float
 
-    def train_item(self, rng: random.Random) -> Any:
-        return self.module.train_item(rng, self.config)
+    def train_item(self, rng: random.Random) -> QAItem:
+        # One RNG shared by all tasks, not the environment's own: the mix interleaves them in one seeded stream.
+        return draw_item(self.env.generate_problem, rng, "train")
 
-    def eval_items(self) -> list[Any]:
-        return list(self.module.eval_items(self.config))
+    def eval_items(self) -> list[QAItem]:
+        return self.env.eval_items()
 
     def max_tokens(self) -> int:
-        return int(self.module.max_completion_tokens(self.config))
+        return self.env.max_completion_tokens()
 
 
 def load_environment(name: str) -> ModuleType:
-    # Environments import hermes_nb: make this checkout importable when the package is not installed.
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
     path = REPO_ROOT / "environments" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"shipped_env_{name}", path)
     if spec is None or spec.loader is None:
@@ -96,20 +100,24 @@ def load_environment(name: str) -> ModuleType:
     return module
 
 
+def configured(env_class: type[QAEnv], **fields: Any) -> QAEnv:
+    """``env_class`` at its default config plus ``fields``; constructing it contacts no server."""
+    return env_class(env_class.env_config_cls(eval_items=EVAL_ITEMS, **fields))
+
+
 def pretraining_tasks() -> list[Task]:
     """The mix: every shipped task at its default config, addition and subtraction as separate tasks."""
-    arithmetic = load_environment("arithmetic")
+    arithmetic = load_environment("arithmetic").ArithmeticEnv
     tasks = [
-        Task("add", arithmetic, arithmetic.ArithmeticConfig(operation="add", eval_items=EVAL_ITEMS), ADD_WEIGHT),
-        Task("sub", arithmetic, arithmetic.ArithmeticConfig(operation="sub", eval_items=EVAL_ITEMS), 1.0),
+        Task("add", configured(arithmetic, operation="add"), ADD_WEIGHT),
+        Task("sub", configured(arithmetic, operation="sub"), 1.0),
     ]
-    for name, config_cls in (
-        ("reverse_string", "ReverseStringConfig"),
-        ("sort_letters", "SortLettersConfig"),
-        ("count_letters", "CountLettersConfig"),
+    for name, class_name in (
+        ("reverse_string", "ReverseStringEnv"),
+        ("sort_letters", "SortLettersEnv"),
+        ("count_letters", "CountLettersEnv"),
     ):
-        module = load_environment(name)
-        tasks.append(Task(name, module, getattr(module, config_cls)(eval_items=EVAL_ITEMS), 1.0))
+        tasks.append(Task(name, configured(getattr(load_environment(name), class_name)), 1.0))
     return tasks
 
 
@@ -182,7 +190,7 @@ def greedy_accuracy(model: Any, tokenizer: Any, task: Task, items: list[Any] | N
     texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
     model.train()
     scores = [
-        task.module.score_completion(text.split("\n")[0], item.answer) for text, item in zip(texts, items, strict=True)
+        task.env.score_completion(text.split("\n")[0], item.answer) for text, item in zip(texts, items, strict=True)
     ]
     return sum(scores) / len(scores)
 

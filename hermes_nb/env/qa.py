@@ -1,11 +1,13 @@
 """``QAEnv``: the environment for prompt → one checkable answer, with sampling, scoring and evaluation shared.
 
-A subclass says only how its items are made and checked: ``train_item`` (from ``self.rng``), ``eval_items``
-(held-out, never training items), ``max_completion_tokens`` and, when exact match is not the rule,
-``score_completion``. Training samples ``group_size`` completions per prompt at ``config.temperature``; the
-evaluation is greedy over the held-out items, sent as a few multi-prompt requests (``eval_chunk_size`` prompts
-each, ``max_eval_workers`` at a time), and reports ``eval/percent_correct`` and, when the server says which
-weights answered, ``eval/policy_step``.
+A subclass says only how its items are made and checked: ``generate_problem`` (one problem from an RNG, on
+either side of the train/held-out split), ``max_completion_tokens`` and, when exact match is not the rule,
+``score_completion``. ``train_item`` draws training items from ``self.rng`` (seeded with ``config.seed``) and
+``eval_items`` the held-out ones, both through ``hermes_nb.env.splits``, so no held-out prompt is ever trained
+on. Training samples ``group_size`` completions per prompt at ``config.temperature``; the evaluation is greedy
+over the held-out items, sent as a few multi-prompt requests (``eval_chunk_size`` prompts each,
+``max_eval_workers`` at a time), and reports ``eval/percent_correct`` and, when the server says which weights
+answered, ``eval/policy_step``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, ClassVar
 from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.config import APIServerConfig, BaseEnvConfig
 from hermes_nb.env.scoring import build_scored_group
+from hermes_nb.env.splits import draw_item, heldout_items
 from hermes_nb.env.types import QAItem, SampledBatch
 from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, EVAL_POLICY_STEP
 from hermes_nb.protocol.trajectory import ScoredDataGroup
@@ -43,12 +46,19 @@ class QAEnv(BaseEnv):
         self.rng = random.Random(config.seed)
 
     @abstractmethod
+    def generate_problem(self, rng: random.Random) -> QAItem:
+        """One problem from ``rng``, on either side of the train/held-out split."""
+
     def train_item(self) -> QAItem:
         """The next training item, drawn from ``self.rng``."""
+        return draw_item(self.generate_problem, self.rng, "train")
 
-    @abstractmethod
     def eval_items(self) -> list[QAItem]:
-        """The held-out items of one evaluation (the same every time)."""
+        """The held-out items of one evaluation: the same every time for the same seed and ``eval_items``."""
+        # The task name seeds the held-out stream: renaming an environment changes its evaluation items.
+        task_name = self.name or type(self).__name__
+        config = self.config
+        return heldout_items(self.generate_problem, config.eval_items, seed=config.seed, task_name=task_name)
 
     @abstractmethod
     def max_completion_tokens(self) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import random
 import sys
 from pathlib import Path
 
@@ -31,15 +30,14 @@ def fine_tune_on_addition(out: Path, steps: int = 120) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     arithmetic = _arithmetic_module()
-    config = arithmetic.ArithmeticConfig()
+    env = arithmetic.ArithmeticEnv(arithmetic.ArithmeticConfig(seed=0))  # its training items, from its own RNG
     torch.manual_seed(0)
-    rng = random.Random(0)
     tokenizer = AutoTokenizer.from_pretrained(home.embedded_base_model_dir())
     model = AutoModelForCausalLM.from_pretrained(home.embedded_base_model_dir())
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
     eos = tokenizer.eos_token_id
     for _ in range(steps):
-        items = [arithmetic.train_item(rng, config) for _ in range(64)]
+        items = [env.train_item() for _ in range(64)]
         sequences = [[*tokenizer.encode(i.prompt + i.answer, add_special_tokens=False), eos] for i in items]
         width = max(len(s) for s in sequences)
         ids = torch.tensor([s + [eos] * (width - len(s)) for s in sequences])  # [batch, width]

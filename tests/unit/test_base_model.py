@@ -97,20 +97,19 @@ def load_arithmetic() -> Any:
 
 def test_greedy_heldout_accuracy_on_addition_is_partial(model: Any, tokenizer: Any) -> None:
     arithmetic = load_arithmetic()
-    config = arithmetic.ArithmeticConfig(eval_items=200)
-    items = arithmetic.eval_items(config)
+    env = arithmetic.ArithmeticEnv(arithmetic.ArithmeticConfig(eval_items=200))
+    items = env.eval_items()
     encoded = tokenizer([item.prompt for item in items], return_tensors="pt", padding=True)
     with torch.no_grad():
         output = model.generate(
             **encoded,
-            max_new_tokens=arithmetic.max_completion_tokens(config),
+            max_new_tokens=env.max_completion_tokens(),
             do_sample=False,
             pad_token_id=tokenizer.pad_token_id,
         )
     texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
-    accuracy = sum(
-        arithmetic.score_completion(t.split("\n")[0], i.answer) for t, i in zip(texts, items, strict=True)
-    ) / len(items)
+    scores = [env.score_completion(t.split("\n")[0], i.answer) for t, i in zip(texts, items, strict=True)]
+    accuracy = sum(scores) / len(scores)
     low, high = PARTIAL_ACCURACY
     assert low <= accuracy <= high
     recorded = json.loads((embedded_base_model_dir() / "pretraining.json").read_text())

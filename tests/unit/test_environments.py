@@ -45,6 +45,11 @@ def default_config(stem: str, **fields: Any) -> Any:
     return getattr(module, ENV_FILES[stem]).env_config_cls(**fields)
 
 
+def env_of(stem: str, **fields: Any) -> Any:
+    """The shipped environment at its default config plus ``fields`` (constructing it contacts no server)."""
+    return getattr(load(stem), ENV_FILES[stem])(default_config(stem, **fields))
+
+
 def solve(prompt: str) -> str:
     """An independent reference solver for every shipped prompt format."""
     body = prompt.removesuffix("=")
@@ -69,11 +74,9 @@ def test_every_shipped_file_defines_its_environment_with_a_docstring(stem: str) 
 
 @pytest.mark.parametrize("stem", ENV_FILES)
 def test_training_items_are_the_same_for_the_same_seed_and_differ_across_seeds(stem: str) -> None:
-    module, config = load(stem), default_config(stem)
-
     def first_prompts(seed: int) -> list[str]:
-        rng = random.Random(seed)
-        return [module.train_item(rng, config).prompt for _ in range(50)]
+        env = env_of(stem, seed=seed)
+        return [env.train_item().prompt for _ in range(50)]
 
     assert first_prompts(1) == first_prompts(1)
     assert first_prompts(1) != first_prompts(2)
@@ -81,30 +84,29 @@ def test_training_items_are_the_same_for_the_same_seed_and_differ_across_seeds(s
 
 @pytest.mark.parametrize("stem", ENV_FILES)
 def test_heldout_items_are_reproducible_and_never_training_items(stem: str) -> None:
-    module, config = load(stem), default_config(stem, eval_items=100)
-    heldout = module.eval_items(config)
-    assert [item.prompt for item in heldout] == [item.prompt for item in module.eval_items(config)]
+    env = env_of(stem, eval_items=100)
+    heldout = env.eval_items()
+    assert [item.prompt for item in heldout] == [item.prompt for item in env_of(stem, eval_items=100).eval_items()]
     assert len(heldout) == 100 and all(is_heldout(item.prompt) for item in heldout)
-    rng = random.Random(0)
-    train_prompts = {module.train_item(rng, config).prompt for _ in range(3000)}
+    train_prompts = {env.train_item().prompt for _ in range(3000)}
     assert train_prompts.isdisjoint(item.prompt for item in heldout)
 
 
 @pytest.mark.parametrize("stem", ENV_FILES)
 def test_generated_answers_match_an_independent_solver(stem: str) -> None:
-    module, config = load(stem), default_config(stem)
+    env = env_of(stem)
     rng = random.Random(3)
     for _ in range(300):
-        item = module.generate_problem(rng, config)
+        item = env.generate_problem(rng)
         assert item.answer == solve(item.prompt), item
 
 
 @pytest.mark.parametrize("stem", ENV_FILES)
 def test_answers_fit_the_completion_budget_with_room_for_the_end_token(stem: str) -> None:
-    module, config = load(stem), default_config(stem)
+    env = env_of(stem)
     rng = random.Random(4)
-    longest = max(len(module.generate_problem(rng, config).answer) for _ in range(2000))
-    assert longest + 1 <= module.max_completion_tokens(config)
+    longest = max(len(env.generate_problem(rng).answer) for _ in range(2000))
+    assert longest + 1 <= env.max_completion_tokens()
 
 
 @pytest.mark.parametrize(
@@ -112,12 +114,12 @@ def test_answers_fit_the_completion_budget_with_room_for_the_end_token(stem: str
     [("46", 1.0), (" 46\n", 1.0), ("\t46 ", 1.0), ("046", 0.0), ("46 apples", 0.0), ("4", 0.0), ("", 0.0)],
 )
 def test_the_arithmetic_checker_accepts_only_the_exact_number(text: str, reward: float) -> None:
-    assert load("arithmetic").score_completion(text, "46") == reward
+    assert env_of("arithmetic").score_completion(text, "46") == reward
 
 
 @pytest.mark.parametrize("stem", ["reverse_string", "sort_letters", "count_letters"])
 def test_the_letter_checkers_are_exact_and_case_sensitive(stem: str) -> None:
-    score = load(stem).score_completion
+    score = env_of(stem).score_completion
     assert score("abc", "abc") == 1.0
     assert score(" abc\n", "abc") == 1.0
     assert score("ABC", "abc") == 0.0
@@ -126,19 +128,17 @@ def test_the_letter_checkers_are_exact_and_case_sensitive(stem: str) -> None:
 
 
 def test_subtraction_never_has_a_negative_answer_and_mixed_has_both_operators() -> None:
-    module = load("arithmetic")
     rng = random.Random(5)
-    subtraction = [module.generate_problem(rng, default_config("arithmetic", operation="sub")) for _ in range(300)]
+    subtraction = [env_of("arithmetic", operation="sub").generate_problem(rng) for _ in range(300)]
     assert all(not item.answer.startswith("-") and "-" in item.prompt for item in subtraction)
-    mixed = [module.generate_problem(rng, default_config("arithmetic", operation="mixed")) for _ in range(100)]
+    mixed = [env_of("arithmetic", operation="mixed").generate_problem(rng) for _ in range(100)]
     assert {"+" in item.prompt for item in mixed} == {True, False}
 
 
 def test_digits_bound_the_operands() -> None:
-    module = load("arithmetic")
+    env = env_of("arithmetic", digits=3)
     rng = random.Random(6)
-    config = default_config("arithmetic", digits=3)
-    operands = [int(x) for _ in range(500) for x in module.generate_problem(rng, config).prompt[:-1].split("+")]
+    operands = [int(x) for _ in range(500) for x in env.generate_problem(rng).prompt[:-1].split("+")]
     assert max(operands) <= 999 and max(operands) >= 900
 
 
@@ -199,7 +199,7 @@ def completion(prompt: str, text: str) -> SampledCompletion:
 
 
 def make_env(stem: str, server: FakeServer, **fields: Any) -> Any:
-    env = getattr(load(stem), ENV_FILES[stem])(default_config(stem, **fields))
+    env = env_of(stem, **fields)
     env.server = server
     return env
 
@@ -245,7 +245,7 @@ def test_training_items_come_from_the_configured_seed_and_never_from_the_heldout
 
 @pytest.mark.parametrize("stem", ENV_FILES)
 def test_evaluate_reports_greedy_accuracy_over_the_heldout_items(stem: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    heldout = load(stem).eval_items(default_config(stem, eval_items=40))
+    heldout = env_of(stem, eval_items=40).eval_items()
     wrong = {item.prompt for item in heldout[:10]}
     server = FakeServer(lambda prompt, i: "zz" if prompt in wrong else solve(prompt))
     env = make_env(stem, server, eval_items=40, max_eval_workers=3)
