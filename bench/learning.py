@@ -156,13 +156,9 @@ def summary(results: list[SeedResult], budget: float) -> list[str]:
 
 
 def write_docs(lines: list[str], command: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
-    stamp = time.strftime("%Y-%m-%d %H:%M")
-    if "\n## Learning\n" not in text:
-        text += "\n## Learning\n\n" + LEARNING_INTRO
-    text += f"\n{stamp}, `{command}`:\n\n```\n" + "\n".join(lines) + "\n```\n"
-    path.write_text(text, encoding="utf-8")
+    from report import append_run, run_block
+
+    append_run("## Learning", LEARNING_INTRO, run_block(f"`{command}`", lines))
 
 
 LEARNING_INTRO = (

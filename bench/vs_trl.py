@@ -354,14 +354,10 @@ def main() -> None:
 
 def write_docs(lines: list[str], command: str) -> None:
     import trl
+    from report import append_run, run_block
 
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
-    if "\n## Against TRL\n" not in text:
-        text += "\n## Against TRL\n\n" + (__doc__ or "").split("\n\n", 1)[1].rsplit("\n\n", 1)[0] + "\n"
-    stamp = time.strftime("%Y-%m-%d %H:%M")
-    text += f"\n{stamp}, TRL {trl.__version__}, `{command}`:\n\n```\n" + "\n".join(lines) + "\n```\n"
-    path.write_text(text, encoding="utf-8")
+    intro = (__doc__ or "").split("\n\n", 1)[1].rsplit("\n\n", 1)[0] + "\n"
+    append_run("## Against TRL", intro, run_block(f"TRL {trl.__version__}, `{command}`", lines))
 
 
 if __name__ == "__main__":
