@@ -48,13 +48,13 @@ class RowResult:
     finish_reason: FinishReason = "length"
 
 
-def left_pad(prompts: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(input_ids [B, L], attention_mask [B, L], position_ids [B, L])`` with prompts aligned to the right."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, prompt in enumerate(prompts):
-        ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        ids[i, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
         mask[i, width - len(prompt) :] = 1
     # Real tokens get positions 0..len-1 whatever their padding; padding positions are masked anyway.
     positions = (mask.cumsum(-1) - 1).clamp(min=0)

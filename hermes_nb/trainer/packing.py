@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hermes_nb.inference.sampler import left_pad
 from hermes_nb.trainer.types import Datum
 
 
@@ -75,17 +76,6 @@ def deduplicate(data: list[Datum]) -> tuple[list[Datum], list[int]]:
     return list(first.values()), list(counts.values())
 
 
-def _left_padded(contexts: list[tuple[int, ...]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    width = max(len(c) for c in contexts)
-    ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(contexts), width), dtype=torch.long)
-    for i, context in enumerate(contexts):
-        ids[i, width - len(context) :] = torch.tensor(context, dtype=torch.long)
-        mask[i, width - len(context) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    return ids, mask, positions
-
-
 def _right_padded(rows: list[list[float]], pad: float, dtype: torch.dtype) -> torch.Tensor:
     width = max(len(r) for r in rows)
     return torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=dtype)
@@ -103,7 +93,7 @@ def pack(data: list[Datum], pad_id: int) -> PackedBatch:
     row_context = [
         contexts.setdefault(tuple(d.input_tokens_T[:k]), len(contexts)) for d, k in zip(distinct, splits, strict=True)
     ]
-    context_ids, context_mask, context_positions = _left_padded(list(contexts), pad_id)
+    context_ids, context_mask, context_positions = left_pad(list(contexts), pad_id)
     ids = _right_padded(_tails(distinct, splits, "input_tokens_T"), pad_id, torch.long)
     return PackedBatch(
         context_ids_PC=context_ids,
