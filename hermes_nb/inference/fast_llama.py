@@ -26,16 +26,28 @@ import torch.nn.functional as F
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [B, KV heads, T, head dim]
 
 
+def rope_theta(config: Any) -> float | None:
+    """The RoPE base of a default-RoPE config (transformers 5 keeps it in ``rope_parameters``, 4.x in
+    ``rope_theta``); ``None`` for any scaled or otherwise different RoPE."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    scaling = getattr(config, "rope_scaling", None) or {}  # 4.x; in 5.x an alias of rope_parameters
+    kinds = {parameters.get("rope_type", "default"), scaling.get("rope_type", scaling.get("type", "default"))}
+    if kinds != {"default"}:
+        return None
+    theta = parameters.get("rope_theta", getattr(config, "rope_theta", None))
+    return float(theta) if theta is not None else None
+
+
 def supports(model: Any) -> bool:
     """Whether ``model`` is a plain ``LlamaForCausalLM`` this forward reproduces exactly."""
     config = getattr(model, "config", None)
     if type(model).__name__ != "LlamaForCausalLM" or config is None:
         return False
-    rope = getattr(config, "rope_parameters", None) or {}
     return (
-        rope.get("rope_type", "default") == "default"
+        rope_theta(config) is not None
         and not getattr(config, "attention_bias", False)
         and not getattr(config, "mlp_bias", False)
+        and float(getattr(config, "attention_dropout", 0.0) or 0.0) == 0.0  # no dropout to reproduce in training
         and getattr(config, "hidden_act", "") == "silu"
         and getattr(config, "pretraining_tp", 1) == 1
     )
@@ -65,7 +77,9 @@ class FastLlama:
         self.kv_heads = int(config.num_key_value_heads or self.heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
         self.eps = float(config.rms_norm_eps)
-        theta = float((config.rope_parameters or {}).get("rope_theta", 10000.0))
+        theta = rope_theta(config)
+        if theta is None or not supports(model):
+            raise ValueError(f"{type(model).__name__}: not a plain Llama model; use the transformers forward")
         steps = torch.arange(0, self.head_dim, 2, dtype=torch.float) / self.head_dim
         self.inv_freq = 1.0 / (theta**steps)
         self._fuse_each_call = fuse_each_call

@@ -89,4 +89,10 @@ def test_other_architectures_and_options_keep_the_transformers_path(tmp_path: Pa
     small = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
     assert supports(LlamaForCausalLM(LlamaConfig(vocab_size=40, **small)))
     assert not supports(LlamaForCausalLM(LlamaConfig(vocab_size=40, attention_bias=True, **small)))
+    assert not supports(LlamaForCausalLM(LlamaConfig(vocab_size=40, attention_dropout=0.1, **small)))
+    scaled = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    assert not supports(LlamaForCausalLM(LlamaConfig(vocab_size=40, rope_parameters=scaled, **small)))
+    llama3_base = {"rope_type": "default", "rope_theta": 500000.0}
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=40, rope_parameters=llama3_base, **small))
+    assert supports(model) and FastLlama(model).inv_freq[1].item() == pytest.approx(500000.0 ** (-2 / 8))
     assert not supports(GPT2LMHeadModel(GPT2Config(vocab_size=40, n_embd=16, n_layer=1, n_head=2)))
