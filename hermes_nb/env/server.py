@@ -155,6 +155,13 @@ class ServerManager:
         return completions
 
     async def _request_prompts(self, settings: SampleSettings, prompts: list[str]) -> list[list[SampledCompletion]]:
+        groups, _ = await self._request_with_version(settings, prompts)
+        return groups
+
+    async def _request_with_version(
+        self, settings: SampleSettings, prompts: list[str]
+    ) -> tuple[list[list[SampledCompletion]], int | None]:
+        """``n`` completions of each prompt in one request, and the policy version that produced them."""
         response = await self.completion(
             prompt=prompts if len(prompts) > 1 else prompts[0],
             n=settings.n,
@@ -169,7 +176,8 @@ class ServerManager:
             raise InferenceError(
                 f"inference server returned {len(completions)} choices for {len(prompts)} prompts x n={settings.n}"
             )
-        return [completions[i * settings.n : (i + 1) * settings.n] for i in range(len(prompts))]
+        groups = [completions[i * settings.n : (i + 1) * settings.n] for i in range(len(prompts))]
+        return groups, response.policy_version
 
     async def _sample_prompts(
         self, settings: SampleSettings, prompts: list[str]
@@ -196,13 +204,9 @@ class ServerManager:
     ) -> SampledBatch:
         """One completion of each prompt in a single request: the server samples them as one batch, from one
         policy version (what an evaluation needs to measure a single set of weights)."""
-        response = await self.completion(
-            prompt=prompts, n=1, max_tokens=max_tokens, temperature=temperature, stop=stop, logprobs=1
-        )
-        completions = completions_from_response(response)
-        if len(completions) != len(prompts):
-            raise InferenceError(f"inference server returned {len(completions)} choices for {len(prompts)} prompts")
-        return SampledBatch(completions=completions, policy_version=response.policy_version)
+        settings = SampleSettings(1, max_tokens, temperature, 1.0, tuple(stop or ()))
+        groups, version = await self._request_with_version(settings, prompts)
+        return SampledBatch(completions=[completion for [completion] in groups], policy_version=version)
 
     # ---- OpenAI-compatible and token-level calls -----------------------------------------------------------
     async def completion(self, **kwargs: Any) -> CompletionResponse:
