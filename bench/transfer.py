@@ -48,6 +48,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from learning import parse_overrides  # bench/ is on the path when a bench runs as a script
+
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 ENVIRONMENT = "arithmetic"
@@ -418,16 +420,6 @@ SECTION_INTRO = (
 
 
 # ---------------------------------------------------------------- main
-
-
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {pair!r}: expected NAME=VALUE")
-        out[name] = value  # rl_edit_config parses text values ("1e-4", "true")
-    return out
 
 
 def parse_plan(argv: list[str] | None = None) -> tuple[Plan, bool]:

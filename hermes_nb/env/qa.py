@@ -13,13 +13,12 @@ answered, ``eval/policy_step``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from abc import abstractmethod
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from hermes_nb.env.base import BaseEnv
-from hermes_nb.env.config import APIServerConfig, BaseEnvConfig
 from hermes_nb.env.scoring import build_scored_group
 from hermes_nb.env.splits import draw_item, heldout_items
 from hermes_nb.env.types import QAItem, SampledBatch
@@ -35,15 +34,10 @@ class QAEnv(BaseEnv):
     # trainer keeps publishing; and one batched greedy pass is ~20x faster than a request per item.
     eval_chunk_size: ClassVar[int] = 256
 
-    def __init__(
-        self,
-        config: BaseEnvConfig,
-        server_configs: Sequence[APIServerConfig] | None = None,
-        slurm: bool = False,
-        testing: bool = False,
-    ) -> None:
-        super().__init__(config, server_configs, slurm=slurm, testing=testing)
-        self.rng = random.Random(config.seed)
+    @functools.cached_property
+    def rng(self) -> random.Random:
+        """The training items' random stream, seeded with ``config.seed`` (made on first use)."""
+        return random.Random(self.config.seed)
 
     @abstractmethod
     def generate_problem(self, rng: random.Random) -> QAItem:
