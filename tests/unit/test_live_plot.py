@@ -29,7 +29,13 @@ from hermes_nb.plotting import (
     save_metrics_plot,
 )
 from hermes_nb.plotting.series import RunSeries, decimate, ema
-from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, TRAIN_LOSS, TRAIN_REWARD_MEAN, MetricsRow
+from hermes_nb.protocol.metrics import (
+    EVAL_PERCENT_CORRECT,
+    TRAIN_LOSS,
+    TRAIN_PERCENT_CORRECT,
+    TRAIN_REWARD_MEAN,
+    MetricsRow,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FAST_S = 0.05  # refresh interval in tests: fast, so a test waits milliseconds, not seconds
@@ -301,3 +307,23 @@ def test_a_single_point_is_visible(smoothing: float) -> None:
 
     eval_panel = [panel.key for panel in PANELS].index(EVAL_PERCENT_CORRECT)
     assert colored_pixels_in_panel(figure, png, eval_panel, to_hex("C0")) >= 4
+
+
+def test_panels_share_one_step_axis_labelled_on_the_bottom_row_only() -> None:
+    series = RunSeries(PLOTTED_KEYS)
+    # Evaluations lag the trainer: the eval panel's own data ends at step 100, the others at step 930.
+    series.add_rows(
+        MetricsRow(step=s, time=float(s), values={TRAIN_REWARD_MEAN: 0.5, TRAIN_PERCENT_CORRECT: 0.5, TRAIN_LOSS: 0.1})
+        for s in range(931)
+    )
+    series.add_rows([MetricsRow(step=s, time=float(s), values={EVAL_PERCENT_CORRECT: 0.4}) for s in (0, 50, 100)])
+    figure = MetricsFigure(["run"])
+    figure.update({"run": series})
+    figure.render_png()
+    axes = figure.figure.axes
+    assert {ax.get_xlim() for ax in axes} == {axes[0].get_xlim()}
+    assert axes[0].get_xlim()[1] >= 930
+    assert [ax.get_xlabel() for ax in axes] == ["", "", "step", "step"]
+    shown = [[t.get_text() for t in ax.get_xticklabels() if t.get_visible() and t.get_text()] for ax in axes]
+    assert shown[0] == shown[1] == [] and shown[2] and shown[3]
+    assert all(len(ax.get_yticks()) <= 8 for ax in axes)  # a handful of ticks: text is most of a full draw
