@@ -389,8 +389,3 @@ class _Manager:
             task.cancel()
         await asyncio.gather(*self.workers, return_exceptions=True)
         self.workers.clear()
-
-
-async def _sleep_or_stop(seconds: float, stop: asyncio.Event) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), timeout=seconds)

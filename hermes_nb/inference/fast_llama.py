@@ -66,11 +66,11 @@ class _Layer:
 class FastLlama:
     """``FastLlama(model)(ids, positions, key_mask, cache)`` -> ``(logits, cache)``.
 
-    Build one per set of weights when they are frozen (sampling: the fused matrices are made once), or with
-    ``fuse_each_call=True`` while they train (the fused matrices are concatenated inside the autograd graph).
+    Build one per set of weights: the fused matrices are made at construction (inside the autograd graph when
+    gradients are on, so a training pass's gradients reach the module's own parameters).
     """
 
-    def __init__(self, model: Any, *, fuse_each_call: bool = False) -> None:
+    def __init__(self, model: Any) -> None:
         config = model.config
         self._model = model
         self.heads = int(config.num_attention_heads)
@@ -82,8 +82,7 @@ class FastLlama:
             raise ValueError(f"{type(model).__name__}: not a plain Llama model; use the transformers forward")
         steps = torch.arange(0, self.head_dim, 2, dtype=torch.float) / self.head_dim
         self.inv_freq = 1.0 / (theta**steps)
-        self._fuse_each_call = fuse_each_call
-        self._layers = None if fuse_each_call else self._fused_layers()
+        self._layers = self._fused_layers()
 
     def _fused_layers(self) -> list[_Layer]:
         layers = []
@@ -116,12 +115,11 @@ class FastLlama:
         ``key_mask_BK`` marks real tokens among the cached ones followed by these T (``K = past + T``).
         """
         model = self._model.model
-        layers = self._layers if self._layers is not None else self._fused_layers()
         x = model.embed_tokens(ids_BT)
         cos, sin = self._rope(positions_BT, x.dtype)
         mask = self._attention_mask(key_mask_BK, ids_BT.shape[1])
         new_cache: KVCache = []
-        for index, layer in enumerate(layers):
+        for index, layer in enumerate(self._layers):
             past = cache[index] if cache is not None else None
             attended, keys_values = self._attention(
                 _rms_norm(x, layer.input_norm, self.eps), layer, cos, sin, mask, past

@@ -107,7 +107,8 @@ def cache_argument(model: Any) -> str:
     ``past_key_values`` (5.x still accepts it with a deprecation warning)."""
     import inspect
 
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft forwards **kwargs
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 class _Batch:
@@ -152,6 +153,7 @@ class _TransformersStepper:
         self.cache_kw = {cache_argument(model): self.cache}
 
     def prefill(self, ids_PL: torch.Tensor, mask_PL: torch.Tensor, positions_PL: torch.Tensor) -> torch.Tensor:
+        """Runs the prompts into the cache; the logits of their last position ``[P, V]``."""
         out = self.model(
             input_ids=ids_PL, attention_mask=mask_PL, position_ids=positions_PL, use_cache=True, logits_to_keep=1,
             **self.cache_kw,
@@ -161,12 +163,12 @@ class _TransformersStepper:
     def select(self, index: torch.Tensor) -> None:
         self.cache.batch_select_indices(index)
 
-    def step(self, tokens_B: torch.Tensor, mask_BK: torch.Tensor, positions_B: torch.Tensor) -> torch.Tensor:
+    def extend(self, ids_BT: torch.Tensor, mask_BK: torch.Tensor, positions_BT: torch.Tensor) -> torch.Tensor:
+        """Runs ``T`` more tokens per row on top of the cache; their logits ``[B, T, V]``."""
         out = self.model(
-            input_ids=tokens_B[:, None], attention_mask=mask_BK, position_ids=positions_B[:, None], use_cache=True,
-            **self.cache_kw,
-        )  # fmt: skip
-        return out.logits[:, -1, :]
+            input_ids=ids_BT, attention_mask=mask_BK, position_ids=positions_BT, use_cache=True, **self.cache_kw
+        )
+        return out.logits
 
 
 class _FastStepper:
@@ -183,12 +185,14 @@ class _FastStepper:
     def select(self, index: torch.Tensor) -> None:
         self.cache = select_rows(self.cache, index)
 
-    def step(self, tokens_B: torch.Tensor, mask_BK: torch.Tensor, positions_B: torch.Tensor) -> torch.Tensor:
-        logits, self.cache = self.forward(tokens_B[:, None], positions_B[:, None], mask_BK, self.cache)
-        return logits[:, -1, :]
+    def extend(self, ids_BT: torch.Tensor, mask_BK: torch.Tensor, positions_BT: torch.Tensor) -> torch.Tensor:
+        logits, self.cache = self.forward(ids_BT, positions_BT, mask_BK, self.cache)
+        return logits
 
 
 def stepper_for(model: Any) -> _TransformersStepper | _FastStepper:
+    """A cached forward over ``model``: the lean Llama one where it applies. Under autograd (the trainer's packed
+    pass) gradients flow through the cache; one stepper serves one set of weights."""
     return _FastStepper(model) if fast_llama_supports(model) else _TransformersStepper(model)
 
 
@@ -208,7 +212,7 @@ def generate(
     # A group request repeats one prompt n times: run the prompt once, then copy its cache to each row.
     unique: dict[tuple[int, ...], int] = {}
     row_prompt = torch.tensor([unique.setdefault(tuple(r.prompt), len(unique)) for r in rows], dtype=torch.long)
-    ids_PL, mask_PL, positions_PL = left_pad([list(p) for p in unique], pad_id)
+    ids_PL, mask_PL, positions_PL = left_pad(list(unique), pad_id)
     stepper = stepper_for(model)
     logits_BV = stepper.prefill(ids_PL, mask_PL, positions_PL)[row_prompt]
     stepper.select(row_prompt)  # [P, ...] -> [B, ...]
@@ -239,5 +243,5 @@ def generate(
             mask_BL, tokens_B, next_position_B = mask_BL[index], tokens_B[index], next_position_B[index]
             batch.keep(running)
         mask_BL = torch.cat([mask_BL, torch.ones((len(running), 1), dtype=torch.long)], dim=1)
-        logits_BV = stepper.step(tokens_B, mask_BL, next_position_B)
+        logits_BV = stepper.extend(tokens_B[:, None], mask_BL, next_position_B[:, None])[:, -1, :]
         next_position_B = next_position_B + 1

@@ -13,8 +13,7 @@ from typing import Any
 
 import torch
 
-from hermes_nb.inference.fast_llama import FastLlama, select_rows
-from hermes_nb.inference.fast_llama import supports as fast_llama_supports
+from hermes_nb.inference.sampler import stepper_for
 from hermes_nb.protocol.checkpoints import TRAINER_STATE_FILE
 from hermes_nb.trainer.losses import LossSums, policy_loss_sum, token_logprobs
 from hermes_nb.trainer.packing import PackedBatch, can_pack, pack
@@ -88,8 +87,6 @@ class LocalBackend:
         self.lora_rank = lora_rank
         # Shared prompts and repeated completions computed once (exact; hermes_nb.trainer.packing).
         self.pack_batches = pack_batches
-        # The lean Llama forward for packed batches where it applies (not through peft's adapters).
-        self._fast = FastLlama(model, fuse_each_call=True) if lora_rank == 0 and fast_llama_supports(model) else None
         if lora_rank > 0:
             peft = _load_peft()
             lora = peft.LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, target_modules="all-linear")
@@ -133,42 +130,11 @@ class LocalBackend:
     def _packed_logprobs(self, packed: PackedBatch) -> torch.Tensor:
         """Logprobs of each row's continuation targets: contexts once into a KV cache, then the continuations
         on top of it, with gradients through both passes (``hermes_nb.trainer.packing``)."""
-        if self._fast is not None:
-            _, cache = self._fast(
-                packed.context_ids_PC, packed.context_positions_PC, packed.context_mask_PC, last_only=True
-            )
-            logits_RSV, _ = self._fast(
-                packed.ids_RS,
-                packed.positions_RS,
-                packed.continuation_mask_RCS,
-                select_rows(cache, packed.row_context_R),
-            )
-            return token_logprobs(logits_RSV, packed.targets_RS)
-        return token_logprobs(self._transformers_packed_logits(packed), packed.targets_RS)
-
-    def _transformers_packed_logits(self, packed: PackedBatch) -> torch.Tensor:
-        from transformers import DynamicCache
-
-        from hermes_nb.inference.sampler import cache_argument
-
-        cache = DynamicCache()
-        cache_kw = {cache_argument(self.model.get_base_model() if self.lora_rank > 0 else self.model): cache}
-        self.model(
-            input_ids=packed.context_ids_PC,
-            attention_mask=packed.context_mask_PC,
-            position_ids=packed.context_positions_PC,
-            use_cache=True,
-            logits_to_keep=1,  # only the cache is needed; the continuation pass predicts every trained token
-            **cache_kw,
-        )
-        cache.batch_select_indices(packed.row_context_R)
-        return self.model(
-            input_ids=packed.ids_RS,
-            attention_mask=packed.continuation_mask_RCS,
-            position_ids=packed.positions_RS,
-            use_cache=True,
-            **cache_kw,
-        ).logits
+        stepper = stepper_for(self.model)  # built now: it fuses this step's weights
+        stepper.prefill(packed.context_ids_PC, packed.context_mask_PC, packed.context_positions_PC)
+        stepper.select(packed.row_context_R)
+        logits_RSV = stepper.extend(packed.ids_RS, packed.continuation_mask_RCS, packed.positions_RS)
+        return token_logprobs(logits_RSV, packed.targets_RS)
 
     def _loss_sums(self, batch: list[Datum], loss_fn: str, config: LossConfig | None) -> LossSums:
         if self.pack_batches and can_pack(batch):
