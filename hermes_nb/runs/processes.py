@@ -127,12 +127,40 @@ def terminate_groups(records: Iterable[ProcessRecord], *, grace_seconds: float) 
             _killpg_quietly(pgid, signal.SIGKILL)
 
 
-def kill_processes(processes: Iterable[psutil.Process]) -> None:
+def _live(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(processes: list[psutil.Process], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while any(_live(proc) for proc in processes) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _signal_each(processes: list[psutil.Process], sig: int) -> None:
     for proc in processes:
         try:
-            proc.kill()
+            proc.send_signal(sig)
         except psutil.NoSuchProcess:
             continue
+
+
+def end_processes(processes: Iterable[psutil.Process], *, grace_seconds: float) -> None:
+    """SIGTERM each live process, SIGKILL what outlives ``grace_seconds``, and return once all are gone.
+
+    For processes outside the run's groups (W&B's service starts its own session): the grace lets one flush its
+    files, and waiting for the end lets a caller that then reports "stopped" tell the truth. A zombie counts as
+    gone: it runs nothing, and an orphan's zombie is init's to reap.
+    """
+    targets = [proc for proc in processes if _live(proc)]
+    _signal_each(targets, signal.SIGTERM)
+    _wait_gone(targets, grace_seconds)
+    survivors = [proc for proc in targets if _live(proc)]
+    _signal_each(survivors, signal.SIGKILL)
+    _wait_gone(survivors, grace_seconds)
 
 
 def describe_exit(code: int) -> str:

@@ -16,6 +16,8 @@ from hermes_nb.runs.state import RunState
 
 # The supervisor gives the trainer up to 120 s for its final checkpoint, then 10 s to the others.
 STOP_WAIT_SECONDS = 150.0
+# The supervisor writes the terminal state as its last act; its own exit follows within milliseconds.
+SUPERVISOR_EXIT_WAIT_SECONDS = 10.0
 POLL_SECONDS = 0.1
 
 
@@ -32,6 +34,16 @@ def _wait_terminal(paths: RunPaths, timeout: float) -> RunState:
         # A supervisor that dies mid-stop still leaves a stopped run, not a live-looking one.
         state = reconcile(paths, load_state(paths), final_status="stopped")
     return state
+
+
+def _wait_supervisor_exit(state: RunState, timeout: float) -> None:
+    """Return once the supervisor has exited, so a stopped run has no process left when the caller resumes."""
+    supervisor = state.processes.get("supervisor")
+    if supervisor is None:
+        return
+    deadline = time.monotonic() + timeout
+    while processes.is_same_process_alive(supervisor) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS / 10)
 
 
 def stop_run(run_id: str | None, *, wait: bool = True) -> StopResult:
@@ -51,4 +63,5 @@ def stop_run(run_id: str | None, *, wait: bool = True) -> StopResult:
         raise RunStateError(
             f"run {state.run_id} did not stop within {STOP_WAIT_SECONDS:.0f} s; see {paths.logs['supervisor']}"
         )
+    _wait_supervisor_exit(state, SUPERVISOR_EXIT_WAIT_SECONDS)
     return StopResult(run_id=state.run_id, status=state.status, final_checkpoint=_final_checkpoint(paths))

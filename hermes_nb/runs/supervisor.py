@@ -216,6 +216,9 @@ class Supervisor:
                 self.state.processes[name] = record.model_copy(update={"exit_code": code, "ended_at": now})
 
     def shut_down(self, names: list[str], grace: float) -> None:
+        # A last look at the tree while it is whole: W&B's service runs in a session of its own, out of reach of
+        # the group signals, and may have started since the last sweep.
+        self.remember_descendants()
         records = [self.children[n].record for n in names if n in self.children]
         processes.terminate_groups(records, grace_seconds=grace)
         for name in names:
@@ -226,7 +229,7 @@ class Supervisor:
                 except subprocess.TimeoutExpired:
                     child.popen.kill()
                     child.popen.wait()
-        processes.kill_processes(p for p in self.seen_descendants.values() if p.is_running())
+        processes.end_processes(self.seen_descendants.values(), grace_seconds=grace)
 
     def finish_completed(self) -> None:
         env = self.children.get("env")
@@ -240,6 +243,7 @@ class Supervisor:
 
     def stop(self) -> None:
         self.set_status("stopping", stop_requested_at=self.state.stop_requested_at or time.time())
+        self.remember_descendants()  # before the trainer exits and its W&B service stops being its child
         trainer = self.children.get("trainer")
         if trainer is not None and trainer.exit_code() is None:
             # The trainer alone first: it saves a final checkpoint, then its helpers may go.

@@ -44,3 +44,16 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def survivors(processes: list[psutil.Process]) -> list[str]:
+    """The processes still running, each as "pid command line", for an assertion message that names them."""
+    named = []
+    for proc in processes:
+        if not alive(proc.pid):
+            continue
+        try:
+            named.append(f"{proc.pid} {' '.join(proc.cmdline())}")
+        except psutil.NoSuchProcess:
+            continue
+    return named

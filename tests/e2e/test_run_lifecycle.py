@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from run_helpers import alive, run, run_pids, wait_for_status
+from run_helpers import alive, run, run_pids, survivors, wait_for_status
 
 from hermes_nb.api import rl_get_results, rl_list_runs, rl_start_training, rl_stop_training
 
@@ -50,7 +50,7 @@ def test_stop_mid_run_saves_a_final_checkpoint_and_leaves_no_descendant_alive() 
 
     assert stopped.status == "stopped"
     assert stopped.final_checkpoint is not None and Path(stopped.final_checkpoint).is_dir()
-    assert not [p.pid for p in family if alive(p.pid)]
+    assert survivors(family) == []
     again = run(rl_stop_training(start.run_id))
     assert again.already_stopped and again.status == "stopped"
 
