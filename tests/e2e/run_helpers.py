@@ -57,3 +57,11 @@ def survivors(processes: list[psutil.Process]) -> list[str]:
         except psutil.NoSuchProcess:
             continue
     return named
+
+
+def alive_after(pids: list[int], seconds: float) -> list[int]:
+    """The pids still alive once ``seconds`` have passed (returns as soon as none is)."""
+    deadline = time.monotonic() + seconds
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in pids if alive(pid)]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from run_helpers import alive, run, run_pids, survivors, wait_for_status
+from run_helpers import alive_after, run, run_pids, survivors, wait_for_status
 
 from hermes_nb.api import rl_get_results, rl_list_runs, rl_start_training, rl_stop_training
 
@@ -37,7 +37,8 @@ def test_run_goes_from_starting_to_completed_with_metrics_and_a_loadable_final_c
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(results.final_weights_path)
-    assert not any(alive(pid) for pid in run_pids(start.run_id).values())
+    # The supervisor writes `completed` as its last act; its exit follows a moment later.
+    assert alive_after(list(run_pids(start.run_id).values()), 5.0) == []
 
 
 def test_stop_mid_run_saves_a_final_checkpoint_and_leaves_no_descendant_alive() -> None:
@@ -69,10 +70,7 @@ def test_kill_9_of_a_process_fails_the_run_within_2_s_naming_it(victim: str) -> 
     assert status.failed_process == victim
     assert status.error is not None and victim in status.error and "SIGKILL" in status.error
     others = [pids[name] for name in ("api", "trainer", "env", "supervisor") if name != victim]
-    deadline = time.monotonic() + 20
-    while any(alive(pid) for pid in others) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [pid for pid in others if alive(pid)]
+    assert alive_after(others, 20.0) == []
 
 
 def test_a_run_started_in_one_process_is_watched_and_stopped_from_another() -> None:
