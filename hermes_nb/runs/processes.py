@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import psutil
@@ -109,9 +109,24 @@ def group_alive(pgid: int) -> bool:
 
 def _in_group_and_live(proc: psutil.Process, pgid: int) -> bool:
     try:
-        return os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE
-    except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+        return os.getpgid(proc.pid) == pgid and _live(proc)
+    except (ProcessLookupError, PermissionError):
         return False
+
+
+def _live(proc: psutil.Process) -> bool:
+    """Running and not a zombie: a zombie runs nothing, and an orphan's zombie is init's to reap, not ours."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_while(condition: Callable[[], bool], seconds: float, *, poll_seconds: float) -> None:
+    """Return once ``condition`` is false, or after ``seconds``, whichever comes first."""
+    deadline = time.monotonic() + seconds
+    while condition() and time.monotonic() < deadline:
+        time.sleep(poll_seconds)
 
 
 def terminate_groups(records: Iterable[ProcessRecord], *, grace_seconds: float) -> None:
@@ -119,25 +134,15 @@ def terminate_groups(records: Iterable[ProcessRecord], *, grace_seconds: float) 
     pgids = [r.pid for r in records]
     for pgid in pgids:
         _killpg_quietly(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline and any(group_alive(p) for p in pgids):
-        time.sleep(0.05)
+    # Each look at a group scans the process table, hence the coarser poll.
+    wait_while(lambda: any(group_alive(p) for p in pgids), grace_seconds, poll_seconds=0.05)
     for pgid in pgids:
         if group_alive(pgid):
             _killpg_quietly(pgid, signal.SIGKILL)
 
 
-def _live(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _wait_gone(processes: list[psutil.Process], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while any(_live(proc) for proc in processes) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_while(lambda: any(_live(proc) for proc in processes), seconds, poll_seconds=0.01)
 
 
 def _signal_each(processes: list[psutil.Process], sig: int) -> None:
@@ -152,8 +157,7 @@ def end_processes(processes: Iterable[psutil.Process], *, grace_seconds: float) 
     """SIGTERM each live process, SIGKILL what outlives ``grace_seconds``, and return once all are gone.
 
     For processes outside the run's groups (W&B's service starts its own session): the grace lets one flush its
-    files, and waiting for the end lets a caller that then reports "stopped" tell the truth. A zombie counts as
-    gone: it runs nothing, and an orphan's zombie is init's to reap.
+    files, and waiting for the end lets a caller that then reports "stopped" tell the truth.
     """
     targets = [proc for proc in processes if _live(proc)]
     _signal_each(targets, signal.SIGTERM)

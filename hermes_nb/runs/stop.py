@@ -41,9 +41,7 @@ def _wait_supervisor_exit(state: RunState, timeout: float) -> None:
     supervisor = state.processes.get("supervisor")
     if supervisor is None:
         return
-    deadline = time.monotonic() + timeout
-    while processes.is_same_process_alive(supervisor) and time.monotonic() < deadline:
-        time.sleep(POLL_SECONDS / 10)
+    processes.wait_while(lambda: processes.is_same_process_alive(supervisor), timeout, poll_seconds=POLL_SECONDS / 10)
 
 
 def stop_run(run_id: str | None, *, wait: bool = True) -> StopResult:
