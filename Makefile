@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup main test lint typecheck unit e2e browser bench clean
+.PHONY: setup side-envs main test lint typecheck unit e2e browser bench clean
 
 setup: $(STAMP)
 
@@ -19,8 +19,12 @@ $(STAMP): pyproject.toml scripts/ensure_chromium.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -e ".[train,notebook,dev,browser]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[train,notebook,dev,browser,tinker]" "$(TORCH_PIN)"
 	touch $(STAMP)
+
+# Side environments the tests need (scripts/side_envs/NAME.txt -> .venvs/NAME), cached by a stamp; CI builds them anew.
+side-envs:
+	for spec in scripts/side_envs/*.txt; do [ -e "$$spec" ] || continue; sh scripts/side_env.sh "$$(basename "$$spec" .txt)" >/dev/null || exit 1; done
 
 main: setup
 	$(PY) scripts/main_job.py --out out
@@ -41,14 +45,22 @@ e2e: setup
 browser: setup
 	$(VENV)/bin/pytest -q tests/browser
 
-test: lint typecheck
+test: lint typecheck side-envs
 	$(VENV)/bin/pytest -q
 
-bench: setup
+# The bench extra adds what only benchmarks import (TRL for bench/vs_trl.py); installed once, like set-up.
+BENCH_STAMP := $(VENV)/.bench-stamp
+
+bench: $(BENCH_STAMP) side-envs
 	$(PY) bench/discovery.py
 	$(PY) bench/startup.py
 	$(PY) bench/learning.py
 	$(PY) bench/notebook.py
+	$(PY) bench/ingest.py
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[bench]" "$(TORCH_PIN)"
+	touch $(BENCH_STAMP)
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venvs out .pytest_cache .mypy_cache .ruff_cache

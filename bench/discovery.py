@@ -4,8 +4,8 @@
 
 Cold = first scan of a tree this process has not seen (every file parsed); warm = the same tree again
 (one ``stat`` per file, nothing parsed). The peer, measured in the same run on the same tree, is what a naive
-scanner does: import every file and look for ``BaseEnv`` subclasses (the tool this replaces imported
-environment code to read it). Timings are reported as ratios against that peer, since the machine is
+scanner does: import every file and look for ``BaseEnv`` subclasses (as the Hermes RL tool reads its
+environments). Timings are reported as ratios against that peer, since the machine is
 shared. Targets on two cores: cold <= 1 s, warm <= 50 ms. Each file looks like
 a small real environment (imports, a config class, an environment class with a docstring and methods).
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hermes_nb import discovery  # after the path set-up, so it runs from a fresh clone
+from hermes_nb.selection import discovery  # after the path set-up, so it runs from a fresh clone
 
 TEMPLATE = '''"""Generated task {i}: answer arithmetic question {i}."""
 from __future__ import annotations

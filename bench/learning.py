@@ -88,7 +88,7 @@ def one_run(seed: int, budget: float, config: Path, overrides: dict[str, Any]) -
         rl_start_training,
         rl_stop_training,
     )
-    from hermes_nb.runs.layout import RunPaths
+    from hermes_nb.protocol.run_layout import RunPaths
 
     asyncio.run(rl_select_environment(ENVIRONMENT))
     asyncio.run(rl_load_config(config))

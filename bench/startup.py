@@ -1,7 +1,7 @@
 """Seconds from ``rl_start_training()`` to the first completed trainer step, on the embedded default.
 
-The peer is the tool this replaces, whose fixed sleeps alone (5 + 30 + 90 + 10 s) came to 135 s before its
-status even said "running"; it cannot run here (it needs GPUs and vLLM), so that figure is quoted, not measured.
+The peer is the Hermes RL tool's start-up, whose fixed sleeps alone (5 + 30 + 90 + 10 s) come to 135 s before
+its status even says "running"; it cannot run here (it needs GPUs and vLLM), so that figure is quoted, not measured.
 Also reported, measured in the same run: the bare cost of starting a Python interpreter that imports torch and
 transformers, the floor under any trainer start, so the ratio says how much of the start-up is our own.
 
@@ -38,7 +38,7 @@ def one_start() -> tuple[float, float]:
         rl_start_training,
         rl_stop_training,
     )
-    from hermes_nb.runs.layout import RunPaths
+    from hermes_nb.protocol.run_layout import RunPaths
 
     root = Path(__file__).resolve().parent.parent
     asyncio.run(rl_select_environment("arithmetic"))

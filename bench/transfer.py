@@ -223,7 +223,7 @@ def train_b(plan: Plan, seed: int, a: Arm) -> dict[str, Arm]:
 def bench_seed(plan: Plan, seed: int) -> SeedOutcome:
     from hermes_nb import run_sync
     from hermes_nb.api import rl_load_config, rl_select_environment
-    from hermes_nb.home import embedded_base_model_dir
+    from hermes_nb.system.home import embedded_base_model_dir
 
     run_sync(rl_select_environment(ENVIRONMENT))
     run_sync(rl_load_config(QUICKSTART))
@@ -272,6 +272,7 @@ class HeldOutEvaluator:
         self.items = env.eval_items()
         self.max_tokens = env.max_completion_tokens()
         self.score = env.score_completion
+        self.is_correct = env.is_correct
         self.stop = env.stop
 
     def accuracy(self, model_dir: str) -> float:
@@ -293,8 +294,9 @@ class HeldOutEvaluator:
                 eos_token_id=tokenizer.eos_token_id,
             )
         texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
-        scores = [self.score(self.cut(text), item.answer) for text, item in zip(texts, self.items, strict=True)]
-        return sum(scores) / len(scores)
+        pairs = zip(texts, self.items, strict=True)
+        correct = [self.is_correct(self.score(self.cut(text), item.answer)) for text, item in pairs]
+        return sum(correct) / len(correct)
 
     def cut(self, text: str) -> str:
         for stop in self.stop:

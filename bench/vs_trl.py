@@ -2,7 +2,7 @@
 
 Back to back in one process run on this machine, same everything that defines the learning problem:
 
-- base model: the embedded one (``hermes_nb.home.embedded_base_model_dir()``), loaded from disk, float32;
+- base model: the embedded one (``hermes_nb.system.home.embedded_base_model_dir()``), loaded from disk, float32;
 - task and reward: ``environments/arithmetic.py`` (2-digit addition), reward = its ``score_completion``;
   TRL's training prompts come from the same training generator (``train_item``), built in memory;
 - group size 16 (TRL ``num_generations``), 128 completions = 8 prompts per step, the same learning rate
@@ -58,9 +58,10 @@ def task(seed: int) -> arithmetic.ArithmeticEnv:
     )
 
 
-# The completion budget and the checker are the same for every seed.
+# The completion budget, the checker and the verdict are the same for every seed.
 MAX_COMPLETION = task(0).max_completion_tokens()
 score_completion = task(0).score_completion
+is_correct = task(0).is_correct
 
 
 @dataclass
@@ -97,7 +98,7 @@ def run_hermes(seed: int, lr: float, eval_every: int, target: float, max_seconds
         rl_start_training,
         rl_stop_training,
     )
-    from hermes_nb.runs.layout import RunPaths
+    from hermes_nb.protocol.run_layout import RunPaths
 
     asyncio.run(rl_select_environment("arithmetic"))
     asyncio.run(rl_load_config(QUICKSTART))
@@ -177,7 +178,7 @@ def greedy_accuracy(model: Any, tokenizer: Any, items: list[Any]) -> float:
     if was_training:
         model.train()
     pairs = zip(texts, items, strict=True)
-    right = [score_completion(text.split("\n")[0], item.answer) for text, item in pairs]
+    right = [is_correct(score_completion(text.split("\n")[0], item.answer)) for text, item in pairs]
     return sum(right) / len(items)
 
 
@@ -198,7 +199,7 @@ def base_accuracy(seed: int) -> float:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hermes_nb.home import embedded_base_model_dir
+    from hermes_nb.system.home import embedded_base_model_dir
 
     model_dir = str(embedded_base_model_dir())
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -210,7 +211,7 @@ def run_trl(seed: int, lr: float, eval_every: int, target: float, max_seconds: f
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from hermes_nb.home import embedded_base_model_dir
+    from hermes_nb.system.home import embedded_base_model_dir
 
     model_dir = str(embedded_base_model_dir())
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -2,8 +2,10 @@
 
 Call with ``await rl_list_environments()`` in a notebook cell or any coroutine; from synchronous code use
 ``hermes_nb.run_sync(rl_list_environments())``; ``hermes_nb.tools`` has the JSON-string variants for agents.
-State (the selected environment and its config) lives in ``hermes_nb.session`` and is shared with the CLI.
-Run lifecycle functions (``rl_start_training`` ...) live in ``hermes_nb.runs`` and are re-exported here.
+State (the selected environment and its config) lives in ``hermes_nb.selection.session`` and is shared with the CLI;
+``current_run_config`` and ``current_state`` (``hermes_nb.selection.current``) read it. Run lifecycle functions
+(``rl_start_training`` ...) live in ``hermes_nb.runs``, ``rl_test_inference`` in ``hermes_nb.model_test`` and
+``rl_get_samples`` in ``hermes_nb.rollouts``; all are re-exported here, and none of those modules imports this one.
 """
 
 from __future__ import annotations
@@ -16,25 +18,28 @@ from typing import Any
 
 import yaml
 
-from hermes_nb import discovery, editing, home, session
-from hermes_nb.config import LOCKED_FIELDS, RunConfig
-from hermes_nb.discovery import EnvironmentInfo
-from hermes_nb.errors import ConfigError, NoEnvironmentSelectedError, UnknownEnvironmentError
+from hermes_nb.atropos.interpreter import configured_python
+from hermes_nb.config import LOCKED_FIELDS
+from hermes_nb.errors import ConfigError, UnknownEnvironmentError
+from hermes_nb.model_test.runner import rl_test_inference
 from hermes_nb.results import ConfigView, EditResult, EnvironmentList, SelectionResult
-from hermes_nb.schema import read_schema
-from hermes_nb.session import SessionState
+from hermes_nb.rollouts.api import rl_get_samples
+from hermes_nb.runs.api import (
+    rl_check_status,
+    rl_get_results,
+    rl_list_runs,
+    rl_start_training,
+    rl_stop_training,
+    rl_tail_logs,
+)
+from hermes_nb.selection import discovery, editing, session
+from hermes_nb.selection.current import current_run_config, current_state, ensure_started
+from hermes_nb.selection.discovery import EnvironmentInfo
+from hermes_nb.selection.schema import read_schema
+from hermes_nb.system import home
 
-_STARTED = threading.Event()
 # Serialises read-modify-write of the session within this process (the notebook, a widget thread, run_sync).
 _EDIT_LOCK = threading.Lock()
-
-
-def ensure_started() -> None:
-    """First call of the core in this process: read API keys from the ``.env`` files (never overriding)."""
-    if _STARTED.is_set():
-        return
-    home.load_keys()
-    _STARTED.set()
 
 
 async def rl_list_environments() -> EnvironmentList:
@@ -48,12 +53,12 @@ async def rl_select_environment(name: str) -> SelectionResult:
     """Select ``name`` and load its default config (read in a child process; the caller never imports it)."""
     ensure_started()
     info = await _find_environment(name)
-    env_schema = await read_schema(info.file, info.class_name)
+    env_schema = await read_schema(info.file, info.class_name, framework=info.framework)
     with _EDIT_LOCK:
         state = editing.selected_state(session.load(), info, env_schema)
         session.save(state)
     view = editing.build_view(state)
-    return SelectionResult(environment=info, config=view, message=f"Selected environment: {info.name}")
+    return SelectionResult(environment=info, config=view, message=f"Selected environment: {_described(info)}")
 
 
 async def rl_get_current_config() -> ConfigView:
@@ -109,19 +114,11 @@ async def rl_load_config(path: str | Path) -> EditResult:
     )
 
 
-def current_run_config(require_environment: bool = True) -> RunConfig:
-    """The config a run starts with now (a copy). Raises if no environment is selected and one is required."""
-    ensure_started()
-    state = session.load()
-    if require_environment and state.config.environment is None:
-        raise NoEnvironmentSelectedError(f"no environment selected: {editing.SELECT_FIRST}")
-    return state.config
-
-
-def current_state() -> SessionState:
-    """Selected environment, its schema and config (a copy), for the notebook layer."""
-    ensure_started()
-    return session.load()
+def _described(info: EnvironmentInfo) -> str:
+    """The name, and for an atroposlib environment the Python that runs it (atroposlib's own serve command)."""
+    if info.framework != "atroposlib":
+        return info.name
+    return f"{info.name} (atroposlib; read and run by {configured_python()})"
 
 
 async def _find_environment(name: str) -> EnvironmentInfo:
@@ -176,7 +173,7 @@ async def _selection_from_file(data: dict[str, Any], source: str) -> tuple[Envir
     if not isinstance(wanted, str):
         raise ConfigError(f"config file {source}: 'environment' must be an environment name")
     info = await _find_environment(wanted)
-    return info, await read_schema(info.file, info.class_name)
+    return info, await read_schema(info.file, info.class_name, framework=info.framework)
 
 
 def _edits_from_file(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -195,18 +192,6 @@ def _edits_from_file(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return edits, ignored
 
 
-# The run lifecycle lives in hermes_nb.runs (which imports editing and session, never this module); importing it
-# last keeps the dependency one-way even if hermes_nb.runs.api is imported first.
-from hermes_nb.inference_test import rl_test_inference  # noqa: E402
-from hermes_nb.runs.api import (  # noqa: E402
-    rl_check_status,
-    rl_get_results,
-    rl_list_runs,
-    rl_start_training,
-    rl_stop_training,
-    rl_tail_logs,
-)
-
 __all__ = [
     "current_run_config",
     "current_state",
@@ -215,6 +200,7 @@ __all__ = [
     "rl_edit_config",
     "rl_get_current_config",
     "rl_get_results",
+    "rl_get_samples",
     "rl_list_environments",
     "rl_list_runs",
     "rl_load_config",

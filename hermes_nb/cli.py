@@ -11,7 +11,7 @@
     hermes-nb status [RUN]              status of a run (default: the newest)
     hermes-nb stop [RUN] [--no-wait]    stop a run gracefully (final checkpoint first)
     hermes-nb runs                      every run, newest first
-    hermes-nb logs [RUN] [--process trainer] [-n 50]
+    hermes-nb logs [RUN] [--process PROCESS] [-n LINES]   the trainer's log unless --process names another
     hermes-nb results [RUN]             final and best metrics, checkpoints, final weights
 
 ``--json`` prints the result's ``to_dict()``. A user error prints one line to stderr and exits with 2.
@@ -50,14 +50,9 @@ class Command:
     finish: Callable[[Any, argparse.Namespace], int] | None = None
 
 
-def _parse_assignments(pairs: Sequence[str]) -> dict[str, str]:
-    edits: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
-            raise HermesNBError(f"edit expects FIELD=VALUE (e.g. group_size=8), got {pair!r}")
-        edits[name.strip()] = value
-    return edits
+def _given(**options: Any) -> dict[str, Any]:
+    """The options the user gave: one left out takes the core function's own default, written only there."""
+    return {name: value for name, value in options.items() if value is not None}
 
 
 def _list(args: argparse.Namespace) -> Coroutine[Any, Any, Any]:
@@ -80,8 +75,9 @@ def _config(args: argparse.Namespace) -> Coroutine[Any, Any, Any]:
 
 def _edit(args: argparse.Namespace) -> Coroutine[Any, Any, Any]:
     from hermes_nb import api
+    from hermes_nb.selection.editing import parse_assignments
 
-    return api.rl_edit_config(_parse_assignments(args.assignments))
+    return api.rl_edit_config(parse_assignments(args.assignments))
 
 
 def _load(args: argparse.Namespace) -> Coroutine[Any, Any, Any]:
@@ -98,8 +94,9 @@ def _reset(args: argparse.Namespace) -> Coroutine[Any, Any, Any]:
 
 def _start(args: argparse.Namespace) -> Coroutine[Any, Any, Any]:
     from hermes_nb import api
+    from hermes_nb.selection.editing import parse_assignments
 
-    overrides = _parse_assignments(args.assignments)
+    overrides = parse_assignments(args.assignments)
     started = api.rl_start_training(args.resume_from, **overrides)
     return _start_and_follow(started) if args.wait else started
 
@@ -161,7 +158,7 @@ def _runs(args: argparse.Namespace) -> Coroutine[Any, Any, Any]:
 def _logs(args: argparse.Namespace) -> Coroutine[Any, Any, Any]:
     from hermes_nb import api
 
-    return api.rl_tail_logs(args.run, process=args.process, lines=args.lines)
+    return api.rl_tail_logs(args.run, **_given(process=args.process, lines=args.lines))
 
 
 def _results(args: argparse.Namespace) -> Coroutine[Any, Any, Any]:
@@ -172,15 +169,21 @@ def _results(args: argparse.Namespace) -> Coroutine[Any, Any, Any]:
 
 def _test(args: argparse.Namespace) -> Coroutine[Any, Any, Any]:
     from hermes_nb import api
+    from hermes_nb.model_test.targets import split_models
 
-    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
-    return api.rl_test_inference(num_steps=args.steps, group_size=args.group_size, models=models)
+    options = _given(num_steps=args.steps, group_size=args.group_size)
+    return api.rl_test_inference(models=split_models(args.models), **options)
 
 
 def _test_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=3, help="groups per model (default: 3)")
-    parser.add_argument("--group-size", type=int, default=16, help="completions per group (default: 16)")
-    parser.add_argument("--models", default=None, help="comma-separated: embedded, run ids, model dirs, endpoints")
+    parser.add_argument("--steps", type=int, help="groups per model")
+    parser.add_argument("--group-size", type=int, help="completions per group")
+    parser.add_argument(
+        "--models",
+        default=None,
+        help="comma-separated: embedded, run ids, model dirs, endpoints, hosted ids org/model "
+        "(default: hosted small/medium/large with OPENROUTER_API_KEY, and the base model)",
+    )
 
 
 def _run_argument(parser: argparse.ArgumentParser) -> None:
@@ -200,8 +203,8 @@ def _stop_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _logs_arguments(parser: argparse.ArgumentParser) -> None:
     _run_argument(parser)
-    parser.add_argument("--process", default="trainer", help="api, trainer, env or supervisor (default: trainer)")
-    parser.add_argument("-n", "--lines", type=int, default=50, help="how many lines (default: 50)")
+    parser.add_argument("--process", help="api, trainer, env or supervisor (default: the trainer's log)")
+    parser.add_argument("-n", "--lines", type=int, help="how many lines")
 
 
 COMMANDS: list[Command] = [

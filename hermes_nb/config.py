@@ -2,7 +2,7 @@
 
 ``RunConfig`` is what is saved as ``config.yaml`` in a run directory and handed to every process of the run
 (``--config``). ``env`` holds the selected environment's own config fields as plain values; they are
-validated against that environment's schema (read in a child process, see ``hermes_nb.schema``).
+validated against that environment's schema (read in a child process, see ``hermes_nb.selection.schema``).
 Locked fields (``LOCKED_FIELDS``) are decided by the run system and refused by edits.
 """
 
@@ -12,22 +12,75 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from hermes_nb.env.config import LOCKED_ENV_FIELDS
 from hermes_nb.errors import ConfigError
+from hermes_nb.system.home import embedded_base_model_dir
 
 EMBEDDED_BASE_MODEL = "embedded"
 
 LossName = Literal["importance_sampling", "ppo"]
 BackendName = Literal["local", "tinker"]
 WandbMode = Literal["auto", "online", "offline", "disabled"]
+# What an environment is written against: hermes-nb's BaseEnv (run by ``python -m hermes_nb.env``) or
+# atroposlib's (run as it is, by atroposlib's own ``serve`` CLI in the environment Python: ``hermes_nb.atropos``).
+EnvFramework = Literal["hermes_nb", "atroposlib"]
+
+
+# The settings every environment has live here, not in ``hermes_nb.env``, so that the run's config (which reads
+# their defaults and locked names) imports nothing of the environment package, whose processes import this module.
+# ``hermes_nb.env`` re-exports both: environment authors import them from there.
+
+# Infrastructure: filled in by the run system; shown, never edited by a user.
+LOCKED_ENV_FIELDS = frozenset({"tokenizer_name", "rollout_server_url", "data_path_to_save_groups"})
+
+
+class BaseEnvConfig(BaseModel):
+    """Settings every environment has. Subclass it to add an environment's own fields."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    group_size: int = Field(default=16, ge=2, le=256, description="Completions sampled per prompt (one group).")
+    max_num_workers: int = Field(default=8, ge=1, le=256, description="Groups collected concurrently.")
+    max_eval_workers: int = Field(default=16, ge=1, le=256, description="Concurrent evaluation requests.")
+    steps_per_eval: int = Field(
+        default=25, ge=0, description="Evaluate every this many trainer steps (0 = never during training)."
+    )
+    max_token_length: int = Field(default=64, ge=8, le=32768, description="Longest sequence (prompt + completion).")
+    batch_size: int = Field(default=128, ge=1, le=65536, description="Sequences per trainer step.")
+    total_steps: int = Field(default=100, ge=1, le=1_000_000, description="Trainer steps in the run.")
+    inference_weight: float = Field(default=1.0, gt=0, description="This environment's share of each batch.")
+    max_batches_offpolicy: int = Field(
+        default=3, ge=1, le=100, description="Back-pressure: stop sampling when this many batches are queued."
+    )
+    ensure_scores_are_not_same: bool = Field(
+        default=True, description="Drop groups whose scores are all equal (they carry no learning signal)."
+    )
+    # atroposlib's name and default. A timed-out group is dropped and counted (env/timeouts), not retried.
+    worker_timeout: float = Field(
+        default=600.0, ge=-1, description="Seconds one collect_trajectories call may take (<= 0: no limit)."
+    )
+    max_consecutive_failures: int = Field(
+        default=20,
+        ge=1,
+        le=1_000_000,
+        description="End the run when this many groups in a row fail (raise, malformed or timed out).",
+    )
+    include_messages: bool = Field(default=False, description="Send the chat messages with each scored group.")
+    use_wandb: bool = Field(default=True, description="Log environment metrics to W&B (offline without a key).")
+    wandb_name: str | None = Field(default=None, description="W&B name of the environment's run.")
+    seed: int = Field(default=0, ge=0, description="Seed of the item generator.")
+    eval_items: int = Field(default=200, ge=1, le=100_000, description="Held-out items per evaluation.")
+    temperature: float = Field(default=1.0, ge=0.0, le=10.0, description="Sampling temperature for training.")
+    tokenizer_name: str = Field(default=EMBEDDED_BASE_MODEL, description="Follows the base model (locked).")
+    rollout_server_url: str = Field(default="http://127.0.0.1:8000", description="Trajectory API (locked).")
+    data_path_to_save_groups: str | None = Field(default=None, description="Where groups are written (locked).")
 
 
 class TrainerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    backend: BackendName = Field(default="local", description="local: torch on this machine; tinker: hosted.")
+    backend: BackendName = Field(default="local", description="local: torch here; tinker: a Tinker API server.")
     base_model: str = Field(
         default=EMBEDDED_BASE_MODEL,
         description="'embedded' (the tiny model shipped with hermes-nb), a local model directory, or a Tinker model.",
@@ -51,6 +104,64 @@ class TrainerConfig(BaseModel):
     replay_from: str | None = Field(default=None, description="Run id whose recorded trajectories are replayed.")
     transfer_weight: float = Field(default=0.0, ge=0, le=1, description="Fraction of each batch from the replay.")
     fine_tune_steps: int = Field(default=0, ge=0, description="Steps during which the replay is mixed in.")
+    # Not infrastructure in the locked sense: the user chooses which API to train from; the run still resolves
+    # infra.api_url from it (hermes_nb.runs.ports). None: the run starts its own API on a free loopback port.
+    external_api_url: str | None = Field(
+        default=None,
+        description=(
+            "Train from an already running trajectory API (an atroposlib run-api, or another hermes-nb API), "
+            "e.g. http://127.0.0.1:8000, instead of starting one. Empty: the run starts its own."
+        ),
+    )
+    start_environment: bool = Field(
+        default=True,
+        description=(
+            "Start the selected environment with the run. false: only environments started elsewhere feed the "
+            "external API (needs external_api_url); the selected environment's config still sets the run's shape."
+        ),
+    )
+    # One batch above the environments' default env.max_batches_offpolicy (3, hermes-nb's and atroposlib's):
+    # that batch is the room for groups still in flight when an environment stops sampling, so a default
+    # environment is paced by its own back-pressure and never refused. More only holds memory while the
+    # trainer is stalled; fewer makes this cap the back-pressure (hermes-nb environments wait within it).
+    max_queued_batches: int = Field(
+        default=4,
+        ge=1,
+        le=1000,
+        description=(
+            "Cap of the run's trajectory API queue, in batches of sequences: environments wait at it and posts "
+            "beyond it are refused (retry later), so a stalled trainer cannot grow the queue without bound."
+        ),
+    )
+
+    @field_validator("external_api_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        url = value.strip().rstrip("/")
+        scheme, sep, rest = url.partition("://")
+        if scheme not in ("http", "https") or not sep or not rest or any(c.isspace() for c in rest):
+            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {value!r}")
+        return url
+
+
+class TinkerConfig(BaseModel):
+    """Where ``trainer.backend: tinker`` trains: the hosted Tinker service or a self-hosted engine (SkyRL tx).
+    The key is never here: it comes from ``TINKER_API_KEY`` (environment or ``.env``), so no config file holds it."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    base_url: str | None = Field(
+        default=None,
+        description="Tinker API server URL (None = TINKER_BASE_URL, else the tinker SDK's default: hosted Tinker).",
+    )
+    give_up_after_s: float = Field(
+        default=300.0,
+        gt=0,
+        le=86_400,
+        description="Seconds a Tinker call is retried (network errors, 5xx, rate limits) before the run fails.",
+    )
 
 
 class WandbConfig(BaseModel):
@@ -83,6 +194,8 @@ class InfraConfig(BaseModel):
     start_step: int = 0
     init_weights: str | None = None
     replay_trajectories: str | None = None
+    # The Python that runs an atroposlib environment (HERMES_NB_ENV_PYTHON, checked at start: hermes_nb.atropos).
+    env_python: str | None = None
 
 
 class EnvironmentRef(BaseModel):
@@ -93,6 +206,7 @@ class EnvironmentRef(BaseModel):
     name: str
     class_name: str
     file: str
+    framework: EnvFramework = "hermes_nb"
 
 
 class RunConfig(BaseModel):
@@ -102,7 +216,18 @@ class RunConfig(BaseModel):
     env: dict[str, Any] = Field(default_factory=dict)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
+    tinker: TinkerConfig = Field(default_factory=TinkerConfig)
     infra: InfraConfig = Field(default_factory=InfraConfig)
+
+    def env_value(self, name: str) -> Any:
+        """The ``env`` field ``name`` (one every environment has): its value, else ``BaseEnvConfig``'s default."""
+        if name in self.env:
+            return self.env[name]
+        return BaseEnvConfig.model_fields[name].default
+
+    def max_queued_sequences(self) -> int:
+        """The cap of the run's trajectory API queue in sequences: ``trainer.max_queued_batches`` batches."""
+        return self.trainer.max_queued_batches * int(self.env_value("batch_size"))
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
@@ -135,6 +260,12 @@ class RunConfig(BaseModel):
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(self.to_yaml(), encoding="utf-8")
         tmp.replace(path)
+
+
+def base_model_dir(base_model: str) -> Path:
+    """The directory a ``trainer.base_model`` value names: ``embedded`` is the model shipped in the package,
+    anything else a local model directory (whether it holds a model is for the caller to check and report)."""
+    return embedded_base_model_dir() if base_model == EMBEDDED_BASE_MODEL else Path(base_model).expanduser()
 
 
 # Locked = infrastructure the system decides. Dotted names, as accepted by rl_edit_config.

@@ -19,6 +19,10 @@ class EnvironmentLoadError(HermesNBError):
     """The environment's code could not be imported or its config read (raised in a child process)."""
 
 
+class EnvironmentPythonError(EnvironmentLoadError):
+    """The Python chosen to run an environment (``HERMES_NB_ENV_PYTHON``) is missing or lacks what the file needs."""
+
+
 class ConfigError(HermesNBError):
     """An edit or a config file was refused; the config is unchanged."""
 
@@ -49,3 +53,21 @@ class LaunchError(HermesNBError):
 
 class TransferError(HermesNBError):
     """A transfer-learning or resume input is unusable (missing path, other architecture, no trajectories)."""
+
+
+class TinkerError(HermesNBError):
+    """The Tinker backend cannot go on: no key, a model the server does not offer, an SDK the server does not
+    speak, or a server that stayed unreachable; the message names the server URL (never the key)."""
+
+
+class TrajectoryAPIError(HermesNBError):
+    """The API refused a request or answered something that is not the protocol. ``status_code`` is the
+    HTTP status (``None`` when the answer itself was malformed)."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class TrajectoryAPIUnavailable(TrajectoryAPIError):
+    """The API could not be reached (not started yet, stopped, or too slow to answer)."""

@@ -1,7 +1,7 @@
 """Typed results of the ``rl_*`` calls, each with a JSON form, a text form and an HTML form for notebooks.
 
 A result subclasses ``Result`` and overrides ``_text_lines()`` (and ``_html_body()`` where a table reads better).
-``to_dict()`` keeps the keys the original Hermes tool answered with (``file_path``, ``configurable_fields``,
+``to_dict()`` answers with the keys of the Hermes Agent RL training tool (``file_path``, ``configurable_fields``,
 ``message`` ...), so code written against that tool reads these answers unchanged. Every form is passed through
 ``redact`` so that a key value can never be shown, whatever a field happens to contain.
 """
@@ -14,18 +14,21 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hermes_nb import home
-from hermes_nb.discovery import DiscoveryError, EnvironmentInfo
+from hermes_nb.protocol.auth import secret_from_env
+from hermes_nb.selection.discovery import DiscoveryError, EnvironmentInfo
+from hermes_nb.system import home, secrets
 
 REDACTED = "***"
 
 
 def redact(value: Any) -> Any:
-    """``value`` with every known key's value replaced by ``***`` (strings inside dicts and lists too)."""
-    secrets = home.secret_values()
-    if not secrets:
+    """``value`` with every known key's value and every run secret this process knows replaced by ``***``
+    (strings inside dicts and lists too)."""
+    run_secret = secret_from_env()
+    hidden = [*home.secret_values(), *secrets.seen_secrets(), *([run_secret] if run_secret else [])]
+    if not hidden:
         return value
-    return _redact(value, secrets)
+    return _redact(value, hidden)
 
 
 def _redact(value: Any, secrets: list[str]) -> Any:
@@ -56,7 +59,7 @@ class Result(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able answer with the original tool's keys."""
+        """JSON-able answer with the Hermes RL tool's keys (see the module docstring)."""
         data: dict[str, Any] = redact(self._dict())
         return data
 
@@ -106,18 +109,23 @@ class EnvironmentList(Result):
     def _text_lines(self) -> list[str]:
         lines = [f"{len(self.environments)} environment(s):"]
         width = max((len(env.name) for env in self.environments), default=0)
-        lines += [f"  {env.name:<{width}}  {env.description}" for env in self.environments]
+        lines += [f"  {env.name:<{width}}  {_framework_mark(env)}{env.description}" for env in self.environments]
         lines += [f"  ! {e.file}:{e.line or '?'}: {e.message}" for e in self.errors]
         return lines
 
     def _html_body(self) -> str:
-        rows = [[e.name, e.class_name, e.description, e.file] for e in self.environments]
+        rows = [[e.name, e.class_name, _framework_mark(e) + e.description, e.file] for e in self.environments]
         out = _table(["name", "class", "description", "file"], rows)
         if self.errors:
             out += "<p><b>Not scanned:</b></p>" + _table(
                 ["file", "line", "problem"], [[e.file, e.line or "", e.message] for e in self.errors]
             )
         return out
+
+
+def _framework_mark(env: EnvironmentInfo) -> str:
+    """``[atroposlib] `` before an atroposlib environment's description (it runs in the environment Python)."""
+    return "[atroposlib] " if env.framework == "atroposlib" else ""
 
 
 class ConfigField(BaseModel):

@@ -12,22 +12,35 @@ import json
 import shutil
 from pathlib import Path
 
-from hermes_nb.home import embedded_base_model_dir
+from pydantic import BaseModel, ConfigDict
+
+from hermes_nb.system.home import embedded_base_model_dir
 
 # Everything the shipped tokenizer is made of (the chat template may live in its own file).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 
 
-def make_tiny_model(
-    directory: str | Path,
-    *,
-    hidden_size: int = 32,
-    num_layers: int = 2,
-    num_heads: int = 2,
-    intermediate_size: int = 64,
-    seed: int = 0,
-) -> Path:
-    """Write a random-init Llama causal LM (~30k parameters by default) and the shipped tokenizer to ``directory``.
+class ModelShape(BaseModel):
+    """The sizes of a Llama model. The default trains in a fraction of a second (~30k parameters) and keeps
+    grouped-query attention (4 query heads share 2 key/value heads), so tests exercise that path too."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hidden_size: int = 32
+    intermediate_size: int = 64
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+
+
+def shipped_shape() -> ModelShape:
+    """The shape of the shipped base model, read from its config (for tests that need a same-shaped model)."""
+    shipped = json.loads((embedded_base_model_dir() / "config.json").read_text(encoding="utf-8"))
+    return ModelShape(**{name: shipped[name] for name in ModelShape.model_fields})
+
+
+def make_tiny_model(directory: str | Path, shape: ModelShape | None = None, *, seed: int = 0) -> Path:
+    """Write a random-init Llama causal LM of ``shape`` and the shipped tokenizer to ``directory``.
 
     Same vocabulary, special-token ids and chat template as the shipped base model, so token ids are
     interchangeable between the two. Returns the directory.
@@ -46,11 +59,7 @@ def make_tiny_model(
         pad_token_id=shipped["pad_token_id"],
         bos_token_id=shipped["bos_token_id"],
         eos_token_id=shipped["eos_token_id"],
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
+        **(shape or ModelShape()).model_dump(),
     )
     # A private generator: seeding the global one would change the randomness of the test that calls this.
     with torch.random.fork_rng(devices=[]):

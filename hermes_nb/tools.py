@@ -1,7 +1,8 @@
 """The ``rl_*`` functions as LLM-agent tools: same names and arguments, JSON strings in and out.
 
-Each tool is ``async`` like the original Hermes tool's and answers ``result.to_dict()`` as JSON, or
-``{"error": "..."}`` for a user mistake (``HermesNBError``). Add a tool with one line:
+Each tool is ``async``, as the Hermes Agent RL training tool's are, so an agent calls it the same way; it
+answers ``result.to_dict()`` as JSON, or ``{"error": "..."}`` for a user mistake (``HermesNBError``). Add a tool
+with one line:
 ``rl_new_thing = json_tool(api.rl_new_thing)``.
 """
 
@@ -50,6 +51,7 @@ rl_list_runs = json_tool(api.rl_list_runs)
 rl_get_results = json_tool(api.rl_get_results)
 rl_tail_logs = json_tool(api.rl_tail_logs)
 rl_test_inference = json_tool(api.rl_test_inference)
+rl_get_samples = json_tool(api.rl_get_samples)
 
 
 def all_tools() -> dict[str, Callable[..., Coroutine[Any, Any, str]]]:

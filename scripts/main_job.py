@@ -3,8 +3,9 @@
     .venv/bin/python scripts/main_job.py --out out
 
 Writes ``<out>/quickstart.ipynb`` (the executed notebook, final plot included) and ``<out>/metrics.png`` (the
-run's final metrics plot); runs and logs go to ``<out>/home`` (``HERMES_NB_HOME``). Prints the paths and the
-final and best metrics. Exits 1 when the notebook fails or its run does not complete.
+run's final metrics plot); runs and logs go to ``<out>/home`` (``HERMES_NB_HOME``). Shows progress on stderr
+(the cells, then the run's step / total, held-out accuracy and ETA), then prints the paths and the final and
+best metrics. Exits 1 when the notebook fails or its run does not complete.
 """
 
 from __future__ import annotations
@@ -52,15 +53,22 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["HERMES_NB_HOME"] = str(home_dir)
     from hermes_nb.api import rl_get_results
     from hermes_nb.notebook.headless import execute_notebook
+    from hermes_nb.notebook.terminal_progress import display_for, show_progress
     from hermes_nb.plotting.plot import save_metrics_plot
     from hermes_nb.runs.registry import known_run_ids
 
     before = set(known_run_ids())
     print(f"executing {args.notebook} (home {home_dir}) ...", flush=True)
     parameters = {"overrides": {"total_steps": args.total_steps}} if args.total_steps else None
-    execution = execute_notebook(
-        args.notebook, out / args.notebook.name, cwd=args.notebook.parent, parameters=parameters
-    )
+    display = display_for(sys.stderr)
+    with show_progress(before, display):
+        execution = execute_notebook(
+            args.notebook,
+            out / args.notebook.name,
+            cwd=args.notebook.parent,
+            parameters=parameters,
+            on_cell=display.show_cell,
+        )
     new_runs = [run_id for run_id in known_run_ids() if run_id not in before]
     stop_leftover_runs(new_runs)
     print(f"executed notebook: {execution.output} ({execution.seconds:.0f} s)")

@@ -180,7 +180,7 @@ def make_batch(tokenizer: Any, items: list[Any]) -> dict[str, torch.Tensor]:
 
 @torch.no_grad()
 def greedy_accuracy(model: Any, tokenizer: Any, task: Task, items: list[Any] | None = None) -> float:
-    """Held-out accuracy with greedy decoding, scored by the environment's own checker."""
+    """Held-out accuracy with greedy decoding: the share the environment judges correct (its checker, its verdict)."""
     items = items if items is not None else task.eval_items()
     model.eval()
     encoded = tokenizer([item.prompt for item in items], return_tensors="pt", padding=True)
@@ -189,10 +189,12 @@ def greedy_accuracy(model: Any, tokenizer: Any, task: Task, items: list[Any] | N
     )
     texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
     model.train()
-    scores = [
-        task.env.score_completion(text.split("\n")[0], item.answer) for text, item in zip(texts, items, strict=True)
+    env = task.env
+    correct = [
+        env.is_correct(env.score_completion(text.split("\n")[0], item.answer))
+        for text, item in zip(texts, items, strict=True)
     ]
-    return sum(scores) / len(scores)
+    return sum(correct) / len(correct)
 
 
 def pretrain(model: Any, tokenizer: Any, tasks: list[Task], args: argparse.Namespace) -> dict[str, Any]:

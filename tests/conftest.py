@@ -28,3 +28,20 @@ def hermes_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
 def _single_threaded_torch() -> None:
     # Two cores are shared by the test processes and the servers they start.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_user_key_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    # Keys are also read from ~/.hermes/.env: a developer's real OPENROUTER_API_KEY there would send tests to hosted
+    # models. HOME moves to an empty folder; the caches stay where they are, so nothing is rebuilt per run.
+    real_home = Path.home()
+    saved = {name: os.environ.get(name) for name in ("HOME", "XDG_CACHE_HOME", "MPLCONFIGDIR")}
+    os.environ.setdefault("XDG_CACHE_HOME", str(real_home / ".cache"))
+    os.environ.setdefault("MPLCONFIGDIR", str(real_home / ".config" / "matplotlib"))
+    os.environ["HOME"] = str(tmp_path_factory.mktemp("user_home"))
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

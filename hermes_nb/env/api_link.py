@@ -17,6 +17,7 @@ from typing import TypeVar
 import httpx
 
 from hermes_nb.env.coalesce import Coalescer
+from hermes_nb.protocol.auth import api_secret_from_env
 from hermes_nb.protocol.trajectory import (
     EnvStatusResponse,
     InfoResponse,
@@ -41,6 +42,9 @@ REQUEST_RETRY_S = 30.0
 REQUEST_TIMEOUT_S = 30.0
 # How long disconnect-env may take at shutdown: the API may already be gone, and exiting matters more.
 DISCONNECT_TIMEOUT_S = 5.0
+# A full queue (503: the trainer is not pulling) is waited out for as long as it lasts: a stalled trainer may
+# resume after minutes, and the group is the environment's work. The supervisor ends us if the run ends.
+QUEUE_FULL = 503
 # Groups finished together are posted together (one /scored_data_list), up to this many per request.
 MAX_GROUPS_PER_POST = 64
 
@@ -58,7 +62,10 @@ class TrajectoryLink:
         self.base_url = base_url.rstrip("/")
         self.retry_seconds = retry_seconds
         self.env_id: int | None = None
-        self.client = TrajectoryClient(self.base_url, timeout=REQUEST_TIMEOUT_S, transport=transport)
+        # The run's secret when the API is the run's own (the supervisor sets it; an external API never gets it).
+        self.client = TrajectoryClient(
+            self.base_url, timeout=REQUEST_TIMEOUT_S, transport=transport, secret=api_secret_from_env()
+        )
         self._posts: Coalescer[None, ScoredDataGroup, None] = Coalescer(
             self._post_groups, max_items=MAX_GROUPS_PER_POST
         )
@@ -100,7 +107,7 @@ class TrajectoryLink:
     async def _post_groups(self, _: None, groups: list[ScoredDataGroup]) -> list[BaseException | None]:
         if len(groups) > 1:
             try:
-                await self._retrying(lambda: self.client.post_scored_data_list(groups))
+                await self._retrying(lambda: self.client.post_scored_data_list(groups), wait_while_full=True)
                 return [None] * len(groups)
             except TrajectoryAPIError as exc:
                 if exc.status_code is None or exc.status_code >= 500:
@@ -110,7 +117,7 @@ class TrajectoryLink:
         return [outcome if isinstance(outcome, BaseException) else None for outcome in sent]
 
     async def _post_one(self, group: ScoredDataGroup) -> None:
-        await self._retrying(lambda: self.client.post_scored_data(group))
+        await self._retrying(lambda: self.client.post_scored_data(group), wait_while_full=True)
 
     async def disconnect(self) -> None:
         """Tell the API we are gone; best effort (the API may already be down at the end of a run)."""
@@ -130,7 +137,7 @@ class TrajectoryLink:
             raise TrajectoryAPIError("not registered with the trajectory API yet")
         return self.env_id
 
-    async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
+    async def _retrying(self, call: Callable[[], Awaitable[T]], *, wait_while_full: bool = False) -> T:
         deadline = time.monotonic() + self.retry_seconds
         delay = 0.2
         while True:
@@ -138,7 +145,9 @@ class TrajectoryLink:
                 return await call()
             except TrajectoryAPIError as exc:
                 transient = isinstance(exc, TrajectoryAPIUnavailable) or (exc.status_code or 0) >= 500
-                if not transient or time.monotonic() + delay > deadline:
+                if wait_while_full and exc.status_code == QUEUE_FULL:
+                    deadline = time.monotonic() + self.retry_seconds  # not a fault: the queue is full
+                elif not transient or time.monotonic() + delay > deadline:
                     raise
                 logger.debug("trajectory API: %s; retrying in %.1f s", exc, delay)
             await asyncio.sleep(delay)

@@ -6,7 +6,12 @@ completions (``collect_trajectories``), and reports held-out accuracy (``evaluat
 groups to a JSONL without an API, for inspection) and ``evaluate``.
 
 The scoring convention: reward ``1.0`` for a correct completion and ``0.0`` otherwise unless the task has
-partial credit; record correctness in ``self.percent_correct_buffer`` so that ``train/percent_correct`` is logged.
+partial credit. Whether a completion is correct is the environment's verdict, decided once per completion by
+``is_correct`` (by default full marks, ``score >= 1.0``) and counted the same everywhere: ``scored_group`` sends
+it with the group (the trainer's ``train/percent_correct``, ``rl_test_inference``'s accuracy) and records it in
+``self.percent_correct_buffer`` (this environment's ``train/percent_correct``). A group that states no verdict,
+as from an environment written against atroposlib, is judged by its scores
+(``hermes_nb.protocol.trajectory.score_is_correct``).
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hermes_nb.env.config import APIServerConfig, BaseEnvConfig
-from hermes_nb.env.types import Item
-from hermes_nb.protocol.trajectory import ScoredDataGroup
+from hermes_nb.env.scoring import build_scored_group
+from hermes_nb.env.types import Item, SampledCompletion
+from hermes_nb.protocol.metrics import TRAIN_PERCENT_CORRECT
+from hermes_nb.protocol.trajectory import ScoredDataGroup, score_is_correct
 
 if TYPE_CHECKING:
     from hermes_nb.env.server import ServerManager
@@ -44,8 +51,12 @@ class BaseEnv(ABC):
 
         self.config = config
         self.server_configs = list(server_configs or [APIServerConfig()])
-        self.server: ServerManager = ServerManager(self.server_configs)
+        # The tokenizer reads an endpoint's text-only answers (a hosted provider's) into token ids.
+        self.server: ServerManager = ServerManager(
+            self.server_configs, tokenizer_name=getattr(config, "tokenizer_name", None)
+        )
         self.testing = testing
+        # One entry per sampled completion: 1.0 when the environment judged it correct, else 0.0.
         self.percent_correct_buffer: list[float] = []
         self.curr_step = 0
 
@@ -68,6 +79,29 @@ class BaseEnv(ABC):
         Returns the scored group (or ``None`` to skip it) and a backlog of extra items to process next.
         """
 
+    def is_correct(self, score: float) -> bool:
+        """This environment's verdict on a completion with ``score``: full marks (``score >= 1.0``) by default.
+
+        Override it when correct means something else (a full score other than 1.0, or a threshold).
+        """
+        return score_is_correct(score)
+
+    def scored_group(
+        self, completions: Sequence[SampledCompletion], scores: Sequence[float], correct: Sequence[bool] | None = None
+    ) -> ScoredDataGroup | None:
+        """The group to return from ``collect_trajectories``, carrying this environment's verdict on each completion.
+
+        ``correct`` defaults to ``is_correct`` of each score. The verdicts are recorded for ``train/percent_correct``
+        and sent with the group, so the trainer and ``rl_test_inference`` count the same completions as correct.
+        ``None`` (skip) when ``ensure_scores_are_not_same`` and every score is equal.
+        """
+        correct_G = list(correct) if correct is not None else [self.is_correct(s) for s in scores]
+        group = build_scored_group(
+            completions, scores, correct=correct_G, ensure_scores_are_not_same=self.config.ensure_scores_are_not_same
+        )
+        self.percent_correct_buffer.extend(float(c) for c in correct_G)
+        return group
+
     async def score(self, rollout_group_data: Any) -> ScoredDataGroup | None:
         """Convention hook: turn sampled rollouts into a ``ScoredDataGroup``. Optional."""
         raise NotImplementedError(f"{type(self).__name__}.score is not implemented")
@@ -81,7 +115,7 @@ class BaseEnv(ABC):
         metrics = dict(wandb_metrics or {})
         if self.percent_correct_buffer:
             buffer = self.percent_correct_buffer
-            metrics["train/percent_correct"] = sum(buffer) / len(buffer)
+            metrics[TRAIN_PERCENT_CORRECT] = sum(buffer) / len(buffer)
             self.percent_correct_buffer = []
         return metrics
 

@@ -1,7 +1,9 @@
 """Command line of an environment: ``serve``, ``process`` and ``evaluate``.
 
 ``python -m hermes_nb.env serve path/to/env.py[:Class] --config run.yaml`` is how a run starts its environment;
-``MyEnv.cli()`` (``python my_env.py serve --config run.yaml``) is the same without the file argument.
+``MyEnv.cli()`` (``python my_env.py serve --config run.yaml``) is the same without the file argument. This module
+runs a class it is given: ``BaseEnv.cli()`` imports it, so it never imports ``hermes_nb.env.base`` at runtime,
+and finding the class a file names (``hermes_nb.env.loading``) is left to ``hermes_nb.env.__main__``.
 """
 
 from __future__ import annotations
@@ -11,11 +13,16 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from hermes_nb.config import RunConfig
-from hermes_nb.env.base import BaseEnv
+from hermes_nb.env.configure import build_env_config
 from hermes_nb.errors import HermesNBError
+
+if TYPE_CHECKING:
+    # Annotations only: BaseEnv.cli() imports this module.
+    from hermes_nb.env.base import BaseEnv
 
 logger = logging.getLogger(__name__)
 
@@ -24,19 +31,14 @@ LOG_FORMAT = "%(asctime)s env %(levelname)s %(name)s: %(message)s"
 USAGE_ERROR = 2
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m hermes_nb.env``: the environment file comes first after the subcommand."""
-    args = _parser(with_spec=True).parse_args(argv)
-    return _run(args, env_cls=None)
-
-
 def main_for_class(cls: type[BaseEnv], argv: Sequence[str] | None = None) -> int:
-    """``MyEnv.cli()``: the same subcommands, the class already known."""
-    args = _parser(with_spec=False, prog=cls.__name__).parse_args(argv)
-    return _run(args, env_cls=cls)
+    """``MyEnv.cli()``: the subcommands, the class already known."""
+    args = build_parser(with_spec=False, prog=cls.__name__).parse_args(argv)
+    return run(args, lambda: cls)
 
 
-def _parser(*, with_spec: bool, prog: str | None = None) -> argparse.ArgumentParser:
+def build_parser(*, with_spec: bool, prog: str | None = None) -> argparse.ArgumentParser:
+    """The subcommands; ``with_spec``: each takes the environment file first (``python -m hermes_nb.env``)."""
     parser = argparse.ArgumentParser(prog=prog or "python -m hermes_nb.env", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="feed a training run through its trajectory API")
@@ -58,12 +60,14 @@ def _parser(*, with_spec: bool, prog: str | None = None) -> argparse.ArgumentPar
     return parser
 
 
-def _run(args: argparse.Namespace, env_cls: type[BaseEnv] | None) -> int:
+def run(args: argparse.Namespace, env_class: Callable[[], type[BaseEnv]]) -> int:
+    """Run the parsed subcommand on the class ``env_class()`` returns: called once logging is set up, so what
+    loading an environment file logs is formatted, and a user error it raises is reported like any other."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
     # One line per completion request would bury the environment's own log lines.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
-        env = _make_env(args, env_cls)
+        env = _make_env(args, env_class())
         return asyncio.run(_dispatch(args, env))
     except HermesNBError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -72,10 +76,7 @@ def _run(args: argparse.Namespace, env_cls: type[BaseEnv] | None) -> int:
         return 0
 
 
-def _make_env(args: argparse.Namespace, env_cls: type[BaseEnv] | None) -> BaseEnv:
-    from hermes_nb.env.loading import build_env_config, load_env_class
-
-    cls = env_cls or load_env_class(args.spec)
+def _make_env(args: argparse.Namespace, cls: type[BaseEnv]) -> BaseEnv:
     run_config = RunConfig.load(args.config) if args.config else RunConfig()
     inference_url = getattr(args, "inference_url", None)
     if inference_url:

@@ -1,8 +1,7 @@
-"""Loading an environment class from a file, and building its config from a run's ``RunConfig``.
+"""Loading an environment class from a file (``path/to/env.py[:ClassName]``), and making one for a run.
 
-The config is the class's ``config_init()`` defaults overlaid with ``RunConfig.env`` and validated by the class's
-``env_config_cls``; the locked fields come from the run's infrastructure (where the API and the inference server
-listen, which tokenizer the trainer uses), whatever the file or the user said.
+In the package only ``python -m hermes_nb.env`` (``hermes_nb.env.__main__``) resolves a file; ``BaseEnv.cli()`` already
+has its class. The config an instance gets is built by ``hermes_nb.env.configure``.
 """
 
 from __future__ import annotations
@@ -14,12 +13,10 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from pydantic import ValidationError
-
-from hermes_nb.config import RunConfig, format_validation_error
+from hermes_nb.config import RunConfig
 from hermes_nb.env.base import BaseEnv
-from hermes_nb.env.config import APIServerConfig, BaseEnvConfig
-from hermes_nb.errors import ConfigError, EnvironmentLoadError
+from hermes_nb.env.configure import build_env_config
+from hermes_nb.errors import EnvironmentLoadError
 
 
 def split_spec(spec: str) -> tuple[Path, str | None]:
@@ -78,43 +75,7 @@ def import_file(path: Path) -> ModuleType:
     return module
 
 
-def build_env_config(env_cls: type[BaseEnv], run_config: RunConfig) -> tuple[BaseEnvConfig, list[APIServerConfig]]:
-    """Defaults < ``run_config.env`` < locked infrastructure, validated by ``env_cls.env_config_cls``."""
-    defaults, server_configs = env_cls.config_init()
-    values = {**defaults.model_dump(), **run_config.env, **_locked_values(run_config)}
-    try:
-        config = env_cls.env_config_cls.model_validate(values)
-    except ValidationError as exc:
-        raise ConfigError(f"env config of {env_cls.__name__}: {format_validation_error(exc)}") from None
-    return config, _server_configs(server_configs, run_config)
-
-
-def _locked_values(run_config: RunConfig) -> dict[str, str]:
-    infra = run_config.infra
-    locked: dict[str, str] = {}
-    if infra.api_url:
-        locked["rollout_server_url"] = infra.api_url
-    tokenizer = infra.tokenizer_name or run_config.trainer.base_model
-    if tokenizer:
-        locked["tokenizer_name"] = tokenizer
-    return locked
-
-
-def _server_configs(server_configs: list[APIServerConfig], run_config: RunConfig) -> list[APIServerConfig]:
-    """The first server is the run's inference server; any others the environment declared stay as they are."""
-    configs = list(server_configs) or [APIServerConfig()]
-    url = run_config.infra.inference_url
-    if url:
-        configs[0] = configs[0].model_copy(update={"base_url": openai_base_url(url)})
-    return configs
-
-
-def openai_base_url(url: str) -> str:
-    """``http://host:port`` or ``http://host:port/v1`` -> ``http://host:port/v1``."""
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"
-
-
 def make_env(env_cls: type[BaseEnv], run_config: RunConfig) -> BaseEnv:
+    """An instance of ``env_cls`` configured for the run."""
     config, server_configs = build_env_config(env_cls, run_config)
     return env_cls(config, server_configs)

@@ -1,8 +1,8 @@
 """``process``: run N groups of an environment without a trajectory API and write them to a JSONL to read.
 
 Each line holds the scored group exactly as it would be sent to the trainer, plus what a person needs to judge
-it: the item, and each completion's prompt, text and score. Text comes from what the inference server sampled
-(matched to the group's token ids), so no tokenizer is loaded here.
+it: the item, and each completion's prompt, text, score and verdict. Text comes from what the inference server
+sampled (matched to the group's token ids), so no tokenizer is loaded here.
 """
 
 from __future__ import annotations
@@ -10,15 +10,19 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import defaultdict, deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.types import Item, SampledCompletion
 from hermes_nb.errors import HermesNBError
 from hermes_nb.protocol.trajectory import ScoredDataGroup
+
+if TYPE_CHECKING:
+    # Annotations only: BaseEnv.cli() reaches this module, so a runtime import would be a cycle.
+    from hermes_nb.env.base import BaseEnv
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +31,6 @@ logger = logging.getLogger(__name__)
 MAX_ATTEMPTS_PER_GROUP = 5
 # As in serve: this many errors in a row means something is broken.
 MAX_CONSECUTIVE_FAILURES = 20
-# A completion with at least this score counts as correct (the convention: 1.0 = correct, 0.0 = wrong).
-CORRECT_SCORE = 1.0
 
 
 class ProcessSummary(BaseModel):
@@ -43,14 +45,25 @@ class ProcessSummary(BaseModel):
 
 
 class _Recorder:
-    """Remembers what the server sampled, keyed by the full token sequence a group row will hold."""
+    """Remembers what the server sampled, keyed by the full token sequence a group row will hold.
+
+    Completions read from a text-only endpoint's text can share a key although their texts differ (characters
+    the run's tokenizer does not know all read as one unknown token), so each key keeps its completions in
+    sampling order and a row takes the oldest, the last one staying for rows that repeat it.
+    """
 
     def __init__(self) -> None:
-        self.by_tokens: dict[tuple[int, ...], tuple[str, SampledCompletion]] = {}
+        self.by_tokens: dict[tuple[int, ...], deque[tuple[str, SampledCompletion]]] = defaultdict(deque)
 
     def __call__(self, prompt: str, completions: list[SampledCompletion]) -> None:
         for completion in completions:
-            self.by_tokens[(*completion.prompt_token_ids, *completion.token_ids)] = (prompt, completion)
+            self.by_tokens[(*completion.prompt_token_ids, *completion.token_ids)].append((prompt, completion))
+
+    def take(self, tokens: list[int]) -> tuple[str | None, SampledCompletion | None]:
+        waiting = self.by_tokens.get(tuple(tokens))
+        if not waiting:
+            return None, None
+        return waiting.popleft() if len(waiting) > 1 else waiting[0]
 
 
 async def process(env: BaseEnv, num_groups: int, output_path: str | Path) -> ProcessSummary:
@@ -76,7 +89,7 @@ async def process(env: BaseEnv, num_groups: int, output_path: str | Path) -> Pro
 
 
 async def _collect(env: BaseEnv, num_groups: int, handle: Any, recorder: _Recorder) -> dict[str, Any]:
-    counts: dict[str, Any] = {"groups": 0, "scores": [], "skipped": 0, "failed": 0}
+    counts: dict[str, Any] = {"groups": 0, "scores": [], "correct": [], "skipped": 0, "failed": 0}
     backlog: list[Item] = []
     consecutive_failures = 0
     for _ in range(num_groups * MAX_ATTEMPTS_PER_GROUP):
@@ -98,23 +111,28 @@ async def _collect(env: BaseEnv, num_groups: int, handle: Any, recorder: _Record
             counts["skipped"] += 1
             continue
         group = result if isinstance(result, ScoredDataGroup) else ScoredDataGroup.model_validate(result)
+        if getattr(env.server, "text_only_answers", 0):
+            # Built after text-only answers, whether or not the environment said so: never to be trained on.
+            group = group.as_test_only()
         handle.write(json.dumps(_row(counts["groups"], item, group, recorder)) + "\n")
         handle.flush()
         counts["groups"] += 1
         counts["scores"].extend(group.scores)
+        counts["correct"].extend(group.verdicts())
     return counts
 
 
 def _row(index: int, item: Item, group: ScoredDataGroup, recorder: _Recorder) -> dict[str, Any]:
     samples = []
-    for tokens, score in zip(group.tokens, group.scores, strict=True):
-        prompt, completion = recorder.by_tokens.get(tuple(tokens), (None, None))
+    for tokens, score, correct in zip(group.tokens, group.scores, group.verdicts(), strict=True):
+        prompt, completion = recorder.take(tokens)
         samples.append(
             {
                 "prompt": prompt,
                 "completion": completion.text if completion else None,
                 "finish_reason": completion.finish_reason if completion else None,
                 "score": score,
+                "correct": correct,
             }
         )
     return {
@@ -138,7 +156,7 @@ def _jsonable(item: Item) -> Any:
 
 def _summary(counts: dict[str, Any], seconds: float, output: Path) -> ProcessSummary:
     scores = counts["scores"]
-    correct = sum(1 for s in scores if s >= CORRECT_SCORE)
+    correct = sum(counts["correct"])
     return ProcessSummary(
         groups=counts["groups"],
         completions=len(scores),

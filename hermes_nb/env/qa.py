@@ -2,12 +2,13 @@
 
 A subclass says only how its items are made and checked: ``generate_problem`` (one problem from an RNG, on
 either side of the train/held-out split), ``max_completion_tokens`` and, when exact match is not the rule,
-``score_completion``. ``train_item`` draws training items from ``self.rng`` (seeded with ``config.seed``) and
-``eval_items`` the held-out ones, both through ``hermes_nb.env.splits``, so no held-out prompt is ever trained
-on. Training samples ``group_size`` completions per prompt at ``config.temperature``; the evaluation is greedy
-over the held-out items, sent as a few multi-prompt requests (``eval_chunk_size`` prompts each,
-``max_eval_workers`` at a time), and reports ``eval/percent_correct`` and, when the server says which weights
-answered, ``eval/policy_step``.
+``score_completion``, with ``is_correct`` when a correct answer does not score 1.0 (partial credit is not
+correct). ``train_item`` draws training items from ``self.rng`` (seeded with ``config.seed``) and ``eval_items``
+the held-out ones, both through ``hermes_nb.env.splits``, so no held-out prompt is ever trained on. Training
+samples ``group_size`` completions per prompt at ``config.temperature``; the evaluation is greedy over the
+held-out items, sent as a few multi-prompt requests (``eval_chunk_size`` prompts each, ``max_eval_workers`` at
+a time), and reports ``eval/percent_correct`` (the share ``is_correct`` judges correct) and, when the server
+says which weights answered, ``eval/policy_step``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from abc import abstractmethod
 from typing import Any, ClassVar
 
 from hermes_nb.env.base import BaseEnv
-from hermes_nb.env.scoring import build_scored_group
+from hermes_nb.env.scoring import with_single_turn_messages
 from hermes_nb.env.splits import draw_item, heldout_items
 from hermes_nb.env.types import QAItem, SampledBatch
 from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, EVAL_POLICY_STEP
@@ -74,11 +75,7 @@ class QAEnv(BaseEnv):
             stop=self.stop,
         )
         scores = [self.score_completion(c.text, item.answer) for c in completions]
-        self.percent_correct_buffer.extend(scores)
-        group = build_scored_group(
-            completions, scores, ensure_scores_are_not_same=self.config.ensure_scores_are_not_same
-        )
-        return group, []
+        return with_single_turn_messages(self.scored_group(completions, scores), item.prompt, completions), []
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
         items = self.eval_items()
@@ -95,12 +92,12 @@ class QAEnv(BaseEnv):
                 )
 
         batches = await asyncio.gather(*(greedy(chunk) for chunk in chunks))
-        scores = [
-            self.score_completion(completion.text, item.answer)
+        correct = [
+            self.is_correct(self.score_completion(completion.text, item.answer))
             for batch, chunk in zip(batches, chunks, strict=True)
             for completion, item in zip(batch.completions, chunk, strict=True)
         ]
-        results = {EVAL_PERCENT_CORRECT: sum(scores) / len(scores)}
+        results = {EVAL_PERCENT_CORRECT: sum(correct) / len(correct)}
         versions = [batch.policy_version for batch in batches if batch.policy_version is not None]
         if versions:
             # Several chunks may straddle a weight update: name the newest, so no result is credited early.

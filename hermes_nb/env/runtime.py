@@ -6,6 +6,8 @@ trainer), then poll ``/status-env`` and keep up to ``max_num_workers`` groups in
 workers while the API's queue already holds ``max_batches_offpolicy`` batches (back-pressure, so the policy that
 sampled a group is never far behind the one trained on it), evaluates before training, every
 ``steps_per_eval`` trainer steps and at the end, and exits when the trainer's step reaches ``total_steps``.
+A worker's fault (it raised, its group is malformed, it timed out) skips that group; ``hermes_nb.env.faults``
+says how each is counted and when the run is ended for them.
 """
 
 from __future__ import annotations
@@ -18,20 +20,25 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
 from hermes_nb.config import RunConfig
+from hermes_nb.env import faults
 from hermes_nb.env.api_link import TrajectoryAPIError, TrajectoryLink
-from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.process_mode import ProcessSummary, process
 from hermes_nb.env.server import InferenceError
-from hermes_nb.env.stats import ENV_QUEUE_SIZE, EVAL_SECONDS, GroupStats
+from hermes_nb.env.stats import GroupStats
 from hermes_nb.env.types import Item
 from hermes_nb.metrics.logger import MetricsLogger, WandbRunSettings, resolve_wandb_mode
-from hermes_nb.protocol.metrics import ENV_METRICS_FILE
+from hermes_nb.protocol.metrics import ENV_QUEUE_SIZE, EVAL_SECONDS
+from hermes_nb.protocol.run_layout import ENV_METRICS_FILE
 from hermes_nb.protocol.trajectory import RegisterEnv, RegisterEnvResponse, ScoredDataGroup
+
+if TYPE_CHECKING:
+    # Annotations only: BaseEnv.cli() reaches this module, so a runtime import would be a cycle.
+    from hermes_nb.env.base import BaseEnv
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +48,8 @@ __all__ = ["ProcessSummary", "ServeOutcome", "evaluate_once", "process", "serve"
 # it at once (a fixed 0.25 s poll left the sampler idle between waves: the quickstart's steps take ~0.1 s), so
 # the poll only matters for noticing that the trainer made room in a full queue.
 POLL_S = 0.1
-# This many failed groups in a row means the environment or the inference server is broken, not unlucky.
-MAX_CONSECUTIVE_FAILURES = 20
+# Fault rows (env/failed_groups, env/timeouts) go out at once, but no more often than this.
+FAULT_ROW_S = 1.0
 
 
 class ServeOutcome(BaseModel):
@@ -67,7 +74,12 @@ async def evaluate_once(env: BaseEnv) -> dict[str, float]:
 async def serve(
     env: BaseEnv, run_config: RunConfig, *, stop: asyncio.Event | None = None, handle_signals: bool = True
 ) -> ServeOutcome:
-    """Feed the run's trainer until it reaches ``total_steps``, ``stop`` is set, or SIGTERM/SIGINT arrives."""
+    """Feed the run's trainer until it reaches ``total_steps``, ``stop`` is set, or SIGTERM/SIGINT arrives.
+
+    ``handle_signals``: this process is the environment's own (the CLI's ``serve``), so SIGTERM/SIGINT stop it,
+    and an event loop blocked past ``env.worker_timeout`` ends it with exit code 1 (``faults.LoopWatchdog``).
+    A failure's cause is the last thing logged, where the run's status shows the log's tail.
+    """
     stop = stop or asyncio.Event()
     link = TrajectoryLink(env.config.rollout_server_url)
     metrics = env_metrics_logger(env, run_config)
@@ -80,10 +92,9 @@ async def serve(
                 return ServeOutcome(status="stopped", step=0)
             manager = _Manager(env, link, metrics, stop)
             await manager.configure(registration)
-            return await manager.run()
+            outcome = await manager.run(watchdog=handle_signals)
     except (TrajectoryAPIError, InferenceError) as exc:
-        logger.error("environment stopped: %s", exc)
-        return ServeOutcome(status="failed", step=manager.step if manager else 0, error=str(exc))
+        outcome = ServeOutcome(status="failed", step=manager.step if manager else 0, error=str(exc))
     finally:
         if manager is not None:
             await manager.shutdown()
@@ -92,6 +103,9 @@ async def serve(
         if metrics is not None:
             metrics.close()
         await env.server.aclose()
+    if outcome.status == "failed":
+        logger.error("environment failed: %s", outcome.error)
+    return outcome
 
 
 def registration_for(env: BaseEnv) -> RegisterEnv:
@@ -154,7 +168,7 @@ class _Manager:
         self.metrics = metrics
         self.stop = stop
         self.backlog: list[Item] = []
-        self.workers: set[asyncio.Task[None]] = set()
+        self.workers: dict[asyncio.Task[None], Item] = {}  # each worker's item, to log with its fault
         self.worker_done = asyncio.Event()  # set by each finishing worker: refill at once, not at the next poll
         self.stats = GroupStats()
         self.groups_posted = 0
@@ -164,10 +178,14 @@ class _Manager:
         self.total_steps = self.config.total_steps
         self.batch_size = self.config.batch_size
         self.max_token_len = self.config.max_token_length
+        self.vocab_size: int | None = None  # the trained model's, when the trainer registered it
+        self.last_fault_row = 0.0
+        self.loop_itself: asyncio.AbstractEventLoop | None = None  # set when a watchdog guards it
         self.eval_task: asyncio.Task[None] | None = None
         self.initial_eval_task: asyncio.Task[None] | None = None
         self.last_eval_step = 0
         self.queue_groups = 0
+        self.queue_room: int | None = None  # sequences the API takes before its cap; None: no cap
 
     async def configure(self, registration: RegisterEnvResponse) -> None:
         """The trainer's numbers win over the environment config's: they describe the run actually going on."""
@@ -180,13 +198,38 @@ class _Manager:
             self.batch_size = info.batch_size
         if info.max_token_len > 0:
             self.max_token_len = info.max_token_len
+        self.vocab_size = info.vocab_size
         logger.info(
             "registered as env %s: step %d of %d, batch %d sequences, groups of %d, up to %d workers",
             self.link.env_id, self.step, self.total_steps, self.batch_size, self.config.group_size,
             self.config.max_num_workers,
         )  # fmt: skip
 
-    async def run(self) -> ServeOutcome:
+    async def run(self, *, watchdog: bool = False) -> ServeOutcome:
+        """The serve loop; with ``watchdog``, a blocked event loop ends the process (see ``faults``)."""
+        timeout = self.config.worker_timeout
+        if not watchdog or timeout <= 0:
+            return await self.loop()
+        self.loop_itself = asyncio.get_running_loop()
+        guard = faults.LoopWatchdog(timeout + faults.WATCHDOG_GRACE_S, self.on_blocked)
+        guard.start()
+        try:
+            return await self.loop()
+        finally:
+            await guard.stop()
+
+    def on_blocked(self, summary: str, stack: str) -> None:
+        """From the watchdog's thread, while the loop's thread is stuck: count it as a timeout, then exit."""
+        stuck = asyncio.current_task(self.loop_itself)  # the task running on the stuck loop, read from here
+        item = self.workers.get(stuck) if stuck is not None else None
+        if item is not None:
+            summary += f" (item {faults.short_repr(item)})"
+        self.stats.record_timeout()
+        if self.metrics is not None:
+            self.metrics.log(self.step, self.stats.take_faults())
+        faults.exit_process(summary, stack)
+
+    async def loop(self) -> ServeOutcome:
         if self.step < self.total_steps:
             # Unlike later evaluations, the first one does not hold the workers back: the policy cannot change
             # before the trainer has a first batch, which only these workers can produce, so it measures the
@@ -196,7 +239,7 @@ class _Manager:
             self.initial_eval_task = asyncio.create_task(self.evaluate_and_log(self.step))
         while not self.stop.is_set():
             status = await self.link.status()
-            self.queue_groups = status.queue_size
+            self.queue_groups, self.queue_room = status.queue_size, status.queue_room
             await self.observe_step(status.current_step)
             if status.current_step >= self.total_steps:
                 return await self.finish()
@@ -302,14 +345,18 @@ class _Manager:
     # ---- workers -------------------------------------------------------------------------------------------
     def worker_budget(self) -> int:
         """Groups that may be in flight now: none while the API's queue holds ``max_batches_offpolicy`` batches
-        of sequences or already holds everything the remaining steps need; else what fills that room."""
+        of sequences or already holds everything the remaining steps need; else what fills that room. The
+        API's cap (``queue_room``) bounds it too: every group in flight must fit when it is posted."""
         group_size = self.config.group_size
         queued_seqs = self.queue_groups * group_size  # the API's queue_size counts groups, as in atroposlib
         room_seqs = self.config.max_batches_offpolicy * self.batch_size - queued_seqs
         needed_seqs = (self.total_steps - self.step) * self.batch_size - queued_seqs
         if room_seqs <= 0 or needed_seqs <= 0:
             return 0
-        return min(self.config.max_num_workers, math.ceil(room_seqs / group_size))
+        budget = min(self.config.max_num_workers, math.ceil(room_seqs / group_size))
+        if self.queue_room is not None:
+            budget = min(budget, self.queue_room // group_size)
+        return budget
 
     async def fill_workers(self) -> None:
         budget = self.worker_budget()
@@ -319,7 +366,7 @@ class _Manager:
                 return
             task = asyncio.create_task(self.work(item))
             task.add_done_callback(lambda _: self.worker_done.set())
-            self.workers.add(task)
+            self.workers[task] = item
 
     async def next_item(self) -> Item | None:
         if self.backlog:
@@ -327,14 +374,13 @@ class _Manager:
         try:
             return await self.env.get_next_item()
         except Exception as exc:
-            logger.exception("%s.get_next_item failed", type(self.env).__name__)
-            self.count_failure(exc)
+            self.count_failure(exc, None)
             return None
 
     async def work(self, item: Item) -> None:
         started = time.monotonic()
-        result, backlog = await self.env.collect_trajectories(item)
-        self.backlog.extend(backlog or [])
+        result, backlog = await faults.collect(self.env, item, self.config.worker_timeout)
+        self.backlog.extend(backlog)
         group = self.admit(result)
         if group is None:
             self.stats.record_skipped(time.monotonic() - started)
@@ -342,13 +388,23 @@ class _Manager:
         await self.link.post_group(group)
         self.groups_posted += 1
         self.queue_groups += 1  # until the next /status-env says otherwise: keeps the budget from overshooting
+        if self.queue_room is not None:
+            self.queue_room = max(0, self.queue_room - group.group_size)
         self.stats.record_posted(group, time.monotonic() - started)
 
     def admit(self, result: ScoredDataGroup | dict[str, Any] | None) -> ScoredDataGroup | None:
-        """The group to send, or ``None`` to skip it (nothing to learn from, or too long for the trainer)."""
+        """The group to send, or ``None`` to skip it (nothing to learn from, or too long for the trainer);
+        ``faults.MalformedGroup`` when the trainer must not train on it."""
         if result is None:
             return None
-        group = result if isinstance(result, ScoredDataGroup) else ScoredDataGroup.model_validate(result)
+        group = faults.validated_group(result, self.vocab_size)
+        text_only_answers: int = getattr(self.env.server, "text_only_answers", 0)
+        if group.is_test_only() or text_only_answers:
+            # Its token ids were re-made from an endpoint's text: the worker fails, loudly, rather than train on it.
+            raise InferenceError(
+                "the inference server answered with text only (no token ids): such groups are for "
+                "rl_test_inference, a training run needs a server that returns the sampled token ids"
+            )
         if self.config.ensure_scores_are_not_same and len(set(group.scores)) <= 1:
             return None
         longest = max(len(tokens) for tokens in group.tokens)
@@ -359,30 +415,39 @@ class _Manager:
         return group
 
     def reap(self) -> ServeOutcome | None:
-        """Collect finished workers; a failed one is logged with its traceback and its group skipped."""
+        """Collect finished workers; a failed one is counted, logged with its item, and its group skipped."""
         for task in [t for t in self.workers if t.done()]:
-            self.workers.discard(task)
+            item = self.workers.pop(task)
             if task.cancelled():
                 continue
             exc = task.exception()
             if exc is None:
                 self.consecutive_failures = 0
                 continue
-            logger.error("a worker failed; its group is skipped", exc_info=exc)
-            self.count_failure(exc)
-        if self.consecutive_failures < MAX_CONSECUTIVE_FAILURES:
-            return None
-        message = (
-            f"{self.consecutive_failures} groups failed in a row (last: {self.last_error}); "
-            "the environment or the inference server is broken, see the tracebacks above"
-        )
-        logger.error(message)
-        return self.outcome("failed", message)
+            self.count_failure(exc, item)
+            if self.consecutive_failures >= self.config.max_consecutive_failures:
+                break
+        return self.streak_failure()
 
-    def count_failure(self, exc: BaseException) -> None:
+    def streak_failure(self) -> ServeOutcome | None:
+        """The run's end when ``env.max_consecutive_failures`` groups in a row failed, naming the last error."""
+        limit = self.config.max_consecutive_failures
+        if self.consecutive_failures < limit:
+            return None
+        return self.outcome(
+            "failed",
+            f"{type(self.env).__name__}: {self.consecutive_failures} groups failed in a row (last: "
+            f"{self.last_error}); the environment or the inference server is broken "
+            f"(env.max_consecutive_failures = {limit}; the log above has each group's error)",
+        )
+
+    def count_failure(self, exc: BaseException, item: Item | None) -> None:
         self.consecutive_failures += 1
-        self.last_error = f"{type(exc).__name__}: {exc}"
-        self.stats.record_failed()
+        self.last_error = faults.report_fault(exc, item, self.stats)
+        now = time.monotonic()
+        if now - self.last_fault_row >= FAULT_ROW_S:
+            self.last_fault_row = now
+            self.log(self.step, self.stats.take_faults())
 
     async def cancel_workers(self) -> None:
         for task in self.workers:

@@ -5,6 +5,11 @@ policy sampled (the additive ``prompt_token_ids`` / ``token_ids`` fields of ``he
 so it never needs a tokenizer of its own. Requests are capped per server (``num_max_requests_at_once``) and
 retried with backoff on connection errors and 5xx for a bounded time: the inference server restarts its
 sampler when new weights arrive, and a worker should wait through that rather than lose its group.
+
+An endpoint that answers with text only (a hosted provider, or ``rl_test_inference``'s gateway in front of one)
+works too: the completions carry the text, the run's tokenizer (``tokenizer_name``) reads the prompt and the
+text into token ids, and they are marked ``test_only``, so what is built from them is scored, never trained on.
+``sample_chat`` is ``sample`` through ``/v1/chat/completions``.
 """
 
 from __future__ import annotations
@@ -23,12 +28,15 @@ from pydantic import BaseModel, ValidationError
 
 from hermes_nb.env.coalesce import Coalescer
 from hermes_nb.env.config import APIServerConfig
+from hermes_nb.env.text_tokens import TextTokenizer, load_text_tokenizer
 from hermes_nb.env.types import SampledBatch, SampledCompletion
 from hermes_nb.errors import HermesNBError
 from hermes_nb.protocol.inference import (
+    ChatChoice,
     ChatCompletionRequest,
     ChatCompletionResponse,
     ChatMessage,
+    CompletionChoice,
     CompletionRequest,
     CompletionResponse,
     GenerateRequest,
@@ -121,11 +129,16 @@ class ServerManager:
         transport: httpx.AsyncBaseTransport | None = None,
         retry_seconds: float = DEFAULT_RETRY_SECONDS,
         coalesce: bool = True,
+        tokenizer_name: str | None = None,
     ) -> None:
         configs = list(server_configs) or [APIServerConfig()]
         self.servers = [_Endpoint(config, transport) for config in configs]
         self.retry_seconds = retry_seconds
         self.coalesce = coalesce
+        # Reads text-only answers into token ids (``embedded`` or a model directory); loaded on first need.
+        self.tokenizer_name = tokenizer_name
+        # Answers that came without token ids: what the environment built from them is test-only.
+        self.text_only_answers = 0
         self._coalescer: Coalescer[SampleSettings, str, list[SampledCompletion]] = Coalescer(
             self._sample_prompts, max_items=MAX_PROMPTS_PER_REQUEST
         )
@@ -171,7 +184,7 @@ class ServerManager:
             stop=list(settings.stop) or None,
             logprobs=1,
         )
-        completions = completions_from_response(response)
+        completions = completions_from_response(response, prompts, self._tokenizer_for(response))
         if len(completions) != len(prompts) * settings.n:
             raise InferenceError(
                 f"inference server returned {len(completions)} choices for {len(prompts)} prompts x n={settings.n}"
@@ -193,6 +206,28 @@ class ServerManager:
     async def _request_one(self, settings: SampleSettings, prompt: str) -> list[SampledCompletion]:
         [completions] = await self._request_prompts(settings, [prompt])
         return completions
+
+    async def sample_chat(
+        self,
+        messages: Sequence[ChatMessage | dict[str, Any]],
+        *,
+        n: int = 1,
+        max_tokens: int = 16,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        stop: list[str] | None = None,
+    ) -> list[SampledCompletion]:
+        """``sample`` through ``/v1/chat/completions``: ``n`` answers to ``messages`` (one request, no merging)."""
+        response = await self.chat_completion(
+            messages, n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, stop=stop, logprobs=True
+        )
+        if response.prompt_token_ids is not None and all(c.token_ids is not None for c in response.choices):
+            return [_exact_chat_completion(response.prompt_token_ids, choice) for choice in response.choices]
+        tokenizer = self._text_tokenizer()
+        self.text_only_answers += 1
+        # Only a reading of the conversation: the group is test-only, so the exact chat template does not matter.
+        prompt_ids = tokenizer.encode_prompt("\n".join(_content(m) for m in messages))
+        return [_text_only(prompt_ids, c.message.content or "", c.finish_reason, tokenizer) for c in response.choices]
 
     async def sample_batch(
         self,
@@ -238,6 +273,20 @@ class ServerManager:
             await endpoint.aclose()
 
     # ---- plumbing ------------------------------------------------------------------------------------------
+    def _tokenizer_for(self, response: CompletionResponse) -> TextTokenizer | None:
+        """The run's tokenizer when ``response`` is text only (and count it), else None."""
+        if not _is_text_only(response):
+            return None
+        self.text_only_answers += 1
+        return self._text_tokenizer()
+
+    def _text_tokenizer(self) -> TextTokenizer:
+        if self.tokenizer_name is None:
+            raise InferenceError(
+                "the inference server answered with text only (no token ids); a tokenizer_name is needed to read it"
+            )
+        return load_text_tokenizer(self.tokenizer_name)
+
     def _pick(self) -> _Endpoint:
         return min(self.servers, key=lambda e: e.in_flight / e.config.num_max_requests_at_once)
 
@@ -307,31 +356,82 @@ def _detail(response: httpx.Response) -> str:
     return str(data)[:300]
 
 
-def completions_from_response(response: CompletionResponse) -> list[SampledCompletion]:
-    """One ``SampledCompletion`` per choice, checking that the server sent a logprob for every sampled token."""
-    if not response.prompt_token_ids:
-        raise InferenceError("inference server returned no prompt_token_ids; it must fill this additive field")
-    prompts = len(response.prompt_token_ids)
-    if len(response.choices) % prompts:
+def completions_from_response(
+    response: CompletionResponse, prompts: Sequence[str] | None = None, tokenizer: TextTokenizer | None = None
+) -> list[SampledCompletion]:
+    """One ``SampledCompletion`` per choice, prompt-major. The server's token ids when it sent them (checking
+    that any logprobs match them); from a text-only answer, ``tokenizer``'s reading of ``prompts`` and the text."""
+    if _is_text_only(response):
+        if prompts is None or tokenizer is None:
+            raise InferenceError("inference server returned no prompt_token_ids; it must fill this additive field")
+        return _text_only_completions(response, prompts, tokenizer)
+    prompt_ids_P = response.prompt_token_ids or []
+    per_prompt = _choices_per_prompt(response, len(prompt_ids_P))
+    return [
+        _exact_completion(prompt_ids_P[choice.index // per_prompt], choice)
+        for choice in sorted(response.choices, key=lambda c: c.index)
+    ]
+
+
+def _is_text_only(response: CompletionResponse) -> bool:
+    return not response.prompt_token_ids or any(choice.token_ids is None for choice in response.choices)
+
+
+def _choices_per_prompt(response: CompletionResponse, prompts: int) -> int:
+    if not prompts or len(response.choices) % prompts:
         raise InferenceError(f"inference server returned {len(response.choices)} choices for {prompts} prompts")
-    per_prompt = len(response.choices) // prompts  # choices are prompt-major: n for the first prompt, then ...
-    completions = []
-    for choice in sorted(response.choices, key=lambda c: c.index):
-        prompt_ids = response.prompt_token_ids[choice.index // per_prompt]
-        if choice.logprobs is None:
-            raise InferenceError("inference server returned no logprobs although logprobs=1 was requested")
-        logprobs_T = choice.logprobs.token_logprobs
-        if len(logprobs_T) != len(choice.token_ids):
-            raise InferenceError(
-                f"choice {choice.index}: {len(logprobs_T)} logprobs for {len(choice.token_ids)} token_ids"
-            )
-        completions.append(
-            SampledCompletion(
-                text=choice.text,
-                prompt_token_ids=prompt_ids,
-                token_ids=choice.token_ids,
-                logprobs=logprobs_T,
-                finish_reason=choice.finish_reason,
-            )
-        )
-    return completions
+    return len(response.choices) // prompts  # choices are prompt-major: n for the first prompt, then ...
+
+
+def _exact_completion(prompt_ids: list[int], choice: CompletionChoice) -> SampledCompletion:
+    token_ids = choice.token_ids or []
+    logprobs_T = choice.logprobs.token_logprobs if choice.logprobs is not None else None
+    if logprobs_T is not None and len(logprobs_T) != len(token_ids):
+        raise InferenceError(f"choice {choice.index}: {len(logprobs_T)} logprobs for {len(token_ids)} token_ids")
+    return SampledCompletion(
+        text=choice.text,
+        prompt_token_ids=prompt_ids,
+        token_ids=token_ids,
+        logprobs=logprobs_T,
+        finish_reason=choice.finish_reason,
+    )
+
+
+def _exact_chat_completion(prompt_ids: list[int], choice: ChatChoice) -> SampledCompletion:
+    token_ids = choice.token_ids or []
+    logprobs_T = [c.logprob for c in choice.logprobs.content] if choice.logprobs is not None else None
+    if logprobs_T is not None and len(logprobs_T) != len(token_ids):
+        raise InferenceError(f"choice {choice.index}: {len(logprobs_T)} logprobs for {len(token_ids)} token_ids")
+    return SampledCompletion(
+        text=choice.message.content or "",
+        prompt_token_ids=prompt_ids,
+        token_ids=token_ids,
+        logprobs=logprobs_T,
+        finish_reason=choice.finish_reason,
+    )
+
+
+def _text_only_completions(
+    response: CompletionResponse, prompts: Sequence[str], tokenizer: TextTokenizer
+) -> list[SampledCompletion]:
+    per_prompt = _choices_per_prompt(response, len(prompts))
+    prompt_ids_P = [tokenizer.encode_prompt(prompt) for prompt in prompts]
+    return [
+        _text_only(prompt_ids_P[choice.index // per_prompt], choice.text, choice.finish_reason, tokenizer)
+        for choice in sorted(response.choices, key=lambda c: c.index)
+    ]
+
+
+def _text_only(prompt_ids: list[int], text: str, finish_reason: str, tokenizer: TextTokenizer) -> SampledCompletion:
+    return SampledCompletion(
+        text=text,
+        prompt_token_ids=prompt_ids,
+        token_ids=tokenizer.encode_completion(text),
+        logprobs=None,
+        finish_reason=finish_reason,
+        test_only=True,
+    )
+
+
+def _content(message: ChatMessage | dict[str, Any]) -> str:
+    return (message.content or "") if isinstance(message, ChatMessage) else str(message.get("content") or "")

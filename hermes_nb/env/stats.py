@@ -1,19 +1,19 @@
-"""What the environment runtime counts between two metric rows, and the keys it logs them under."""
+"""What the environment runtime counts between two metric rows (its keys are in ``hermes_nb.protocol.metrics``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hermes_nb.protocol.metrics import TRAIN_REWARD_MEAN
+from hermes_nb.protocol.metrics import (
+    ENV_COMPLETION_TOKENS_MEAN,
+    ENV_GROUPS_FAILED,
+    ENV_GROUPS_POSTED,
+    ENV_GROUPS_SKIPPED,
+    ENV_SECONDS_PER_GROUP,
+    ENV_TIMEOUTS,
+    TRAIN_REWARD_MEAN,
+)
 from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
-
-ENV_GROUPS_POSTED = "env/groups_posted"
-ENV_GROUPS_SKIPPED = "env/groups_skipped"
-ENV_GROUPS_FAILED = "env/groups_failed"
-ENV_SECONDS_PER_GROUP = "env/seconds_per_group"
-ENV_COMPLETION_TOKENS_MEAN = "env/completion_tokens_mean"
-ENV_QUEUE_SIZE = "env/api_queue_groups"
-EVAL_SECONDS = "eval/seconds"
 
 
 @dataclass
@@ -26,6 +26,7 @@ class GroupStats:
     posted: int = 0
     skipped: int = 0
     failed: int = 0
+    timeouts: int = 0
 
     def record_posted(self, group: ScoredDataGroup, seconds: float) -> None:
         self.posted += 1
@@ -40,9 +41,19 @@ class GroupStats:
     def record_failed(self) -> None:
         self.failed += 1
 
+    def record_timeout(self) -> None:
+        self.timeouts += 1
+
     @property
     def empty(self) -> bool:
-        return not (self.posted or self.skipped or self.failed)
+        return not (self.posted or self.skipped or self.failed or self.timeouts)
+
+    def take_faults(self) -> dict[str, float]:
+        """The fault counters as metric values, reset to zero: a fault row goes out at once (status shows it
+        while the trainer may be stalled for lack of groups); the other counters wait for the step's row."""
+        values = {ENV_GROUPS_FAILED: float(self.failed), ENV_TIMEOUTS: float(self.timeouts)}
+        self.failed = self.timeouts = 0
+        return values
 
     def row(self) -> dict[str, float]:
         """The metric values of these counters (start a fresh ``GroupStats`` for the next row)."""
@@ -50,6 +61,7 @@ class GroupStats:
             ENV_GROUPS_POSTED: float(self.posted),
             ENV_GROUPS_SKIPPED: float(self.skipped),
             ENV_GROUPS_FAILED: float(self.failed),
+            ENV_TIMEOUTS: float(self.timeouts),
         }
         if self.scores:
             values[TRAIN_REWARD_MEAN] = sum(self.scores) / len(self.scores)

@@ -20,15 +20,21 @@ class QAItem(BaseModel):
 
 
 class SampledCompletion(BaseModel):
-    """One completion as the inference server sampled it: the exact token ids and their logprobs."""
+    """One completion as the inference server sampled it: the exact token ids and their logprobs.
+
+    From an endpoint that answers with text only (a hosted provider), the token ids are the run's tokenizer's
+    reading of the prompt and the text, ``logprobs`` is ``None`` and ``test_only`` is set: a group built from
+    such a completion can be scored and looked at, never trained on.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     text: str
     prompt_token_ids: list[int]
     token_ids: list[int]
-    logprobs: list[float]
+    logprobs: list[float] | None  # None: the endpoint sent none
     finish_reason: str
+    test_only: bool = False  # token ids re-made from text, not the ones sampled
 
 
 class SampledBatch(BaseModel):

@@ -26,7 +26,7 @@ USAGE_ERROR = 2
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m hermes_nb.inference", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, type=Path, help="a Hugging Face model directory (config.json)")
-    parser.add_argument("--port", required=True, type=int, help="port to listen on (see hermes_nb.net.free_port)")
+    parser.add_argument("--port", required=True, type=int, help="port to listen on (see system.net.free_port)")
     parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampler")
@@ -65,15 +65,20 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> int:
 
     from hermes_nb.inference.engine import InferenceEngine
     from hermes_nb.inference.server import InferenceServer
+    from hermes_nb.inference.tinker_engine import TinkerEngine, checkpoint_policy
+    from hermes_nb.protocol.tinker import read_checkpoint
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = InferenceEngine(seed=args.seed)
+    # A Tinker run's checkpoint holds no weights here: its sampler weights are served from the Tinker server.
+    on_tinker = read_checkpoint(args.model) is not None
+    engine: Any = TinkerEngine() if on_tinker else InferenceEngine(seed=args.seed)
     server = InferenceServer(engine, args.port, host=args.host)
     server.start()
     logger.info("listening on %s:%d; loading %s", args.host, args.port, args.model)
     try:
-        engine.publish(_load_policy(args.model, args.name or args.model.name))
+        name = args.name or args.model.name
+        engine.publish(checkpoint_policy(args.model, name) if on_tinker else _load_policy(args.model, name))
         # Until now SIGTERM keeps its default (end at once): a server stopped while loading has nothing to save.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())

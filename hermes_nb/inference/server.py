@@ -2,8 +2,9 @@
 
 It runs inside the trainer process (uvicorn on a thread, see ``InferenceServer``) and samples from the live
 policy held by an ``InferenceEngine``. ``/health`` answers 503 until the first policy is published, so a
-supervisor can wait on it instead of sleeping. Logprobs are those of the distribution actually sampled from
-(see ``hermes_nb.inference.sampler``).
+supervisor can wait on it instead of sleeping. Chat requests may carry OpenAI ``tools``: they are rendered by the
+model's chat template and the answer is parsed for Hermes-format calls (``hermes_nb.protocol.tool_calls``).
+Logprobs are those of the distribution actually sampled from (see ``hermes_nb.inference.sampler``).
 """
 
 from __future__ import annotations
@@ -18,24 +19,29 @@ from fastapi.responses import JSONResponse
 
 from hermes_nb.inference.engine import InferenceEngine, Policy
 from hermes_nb.inference.sampler import RowResult, SampleRow
+from hermes_nb.protocol.auth import require_run_secret
 from hermes_nb.protocol.inference import (
     ChatChoice,
     ChatCompletionRequest,
     ChatCompletionResponse,
     ChatLogprobContent,
     ChatLogprobs,
+    ChatMessage,
     ChatResponseMessage,
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
+    FinishReason,
     GeneratedSequence,
     GenerateRequest,
     GenerateResponse,
     HealthResponse,
+    NamedToolChoice,
     SamplingParams,
     Usage,
 )
+from hermes_nb.protocol.tool_calls import parse_tool_calls, template_tool_calls
 
 
 def _policy(engine: InferenceEngine) -> Policy:
@@ -125,10 +131,38 @@ def _encode_prompts(policy: Policy, prompt: str | list[str] | list[int]) -> list
     return [list(policy.tokenizer.encode(p)) for p in prompt]
 
 
+def _template_message(message: ChatMessage) -> dict[str, Any]:
+    """A message as chat templates read it: no null fields, tool-call arguments as objects."""
+    rendered = message.model_dump(exclude_none=True, exclude={"tool_calls"})
+    if message.tool_calls:
+        rendered["tool_calls"] = template_tool_calls(message.tool_calls)
+    return rendered
+
+
+def _rendered_tools(request: ChatCompletionRequest) -> list[dict[str, Any]] | None:
+    """The tools the template shows the model: none for ``tool_choice: none``, only the named one for a named
+    choice (400 when it is not among ``tools``)."""
+    if not request.tools or request.tool_choice == "none":
+        return None
+    tools = request.tools
+    if isinstance(request.tool_choice, NamedToolChoice):
+        name = request.tool_choice.function.get("name")
+        tools = [t for t in tools if t.function.name == name]
+        if not tools:
+            raise HTTPException(status_code=400, detail=f"tool_choice: no tool named {name!r} in tools")
+    return [t.model_dump(exclude_none=True) for t in tools]
+
+
 def _chat_prompt(policy: Policy, request: ChatCompletionRequest) -> list[int]:
-    messages = [m.model_dump() for m in request.messages]
+    messages = [_template_message(m) for m in request.messages]
+    tools = _rendered_tools(request)
+    template = getattr(policy.tokenizer, "chat_template", None)
+    if tools is not None and isinstance(template, str) and "tools" not in template:
+        raise HTTPException(
+            status_code=400, detail="tools: the model's chat template does not render tools, so it would never see them"
+        )
     try:
-        text = policy.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = policy.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
     except ValueError as exc:  # no chat template
         raise HTTPException(
             status_code=400, detail=f"messages: the model has no usable chat template ({exc})"
@@ -136,8 +170,32 @@ def _chat_prompt(policy: Policy, request: ChatCompletionRequest) -> list[int]:
     return list(policy.tokenizer.encode(str(text), add_special_tokens=False))
 
 
+def _chat_choice(
+    policy: Policy, request: ChatCompletionRequest, index: int, result: RowResult, stops: tuple[str, ...]
+) -> ChatChoice:
+    logprobs = None
+    if request.logprobs:
+        content = [
+            ChatLogprobContent(token=policy.tokenizer.decode([t]), logprob=lp)
+            for t, lp in zip(result.token_ids, result.logprobs, strict=True)
+        ]
+        logprobs = ChatLogprobs(content=content)
+    text = _text(policy, result, stops)
+    message = ChatResponseMessage(content=text)
+    finish_reason: FinishReason = result.finish_reason
+    if _rendered_tools(request) is not None:
+        parsed = parse_tool_calls(text)
+        if parsed.tool_calls:
+            message = ChatResponseMessage(content=parsed.content, tool_calls=parsed.tool_calls)
+            finish_reason = "tool_calls"
+    return ChatChoice(
+        index=index, message=message, logprobs=logprobs, finish_reason=finish_reason, token_ids=result.token_ids
+    )
+
+
 def create_app(engine: InferenceEngine) -> FastAPI:
     app = FastAPI(title="hermes-nb inference")
+    require_run_secret(app)
 
     @app.get("/health", response_model=None)
     async def health() -> HealthResponse | JSONResponse:
@@ -206,25 +264,7 @@ def create_app(engine: InferenceEngine) -> FastAPI:
         _check_prompt(policy, prompt, request.max_tokens, "messages")
         stops = _stop_strings(request.stop)
         results, _version = await engine.sample(_rows(policy, [prompt], request, stop_strings=stops))
-        choices = []
-        for k, result in enumerate(results):
-            logprobs = None
-            if request.logprobs:
-                content = [
-                    ChatLogprobContent(token=policy.tokenizer.decode([t]), logprob=lp)
-                    for t, lp in zip(result.token_ids, result.logprobs, strict=True)
-                ]
-                logprobs = ChatLogprobs(content=content)
-            message = ChatResponseMessage(content=_text(policy, result, stops))
-            choices.append(
-                ChatChoice(
-                    index=k,
-                    message=message,
-                    logprobs=logprobs,
-                    finish_reason=result.finish_reason,
-                    token_ids=result.token_ids,
-                )
-            )
+        choices = [_chat_choice(policy, request, k, result, stops) for k, result in enumerate(results)]
         return ChatCompletionResponse(
             id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),

@@ -1,8 +1,10 @@
 """``MetricsLogger``: one ``MetricsRow`` per call to a JSONL file, and the same keys to W&B in the background.
 
-The JSONL file is the record that status and the live plot read, so it is written synchronously and flushed
-on every row. W&B is a mirror: ``wandb.init`` starts a service process and can take seconds, an online run can
-stall on the network, and either can fail. All of that happens on one background thread fed by a queue, so
+The JSONL file is the record that status and the live plot read, so it is written synchronously, one whole row
+per write (``hermes_nb.system.disk.RecordFile``): a row that does not fit on a full disk raises
+``DiskFullError`` and leaves no half line, so the file stays readable and appendable once space is back.
+W&B is a mirror: ``wandb.init`` starts a service process and can take seconds, an online run can stall on the
+network, and either can fail. All of that happens on one background thread fed by a queue, so
 training never waits on W&B and a W&B failure is logged once while the JSONL keeps going.
 
 Keys reach W&B only through ``WANDB_API_KEY`` in the environment (wandb reads it itself); nothing here passes
@@ -25,8 +27,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hermes_nb.config import WandbConfig
 from hermes_nb.metrics.reader import read_all_metrics, read_metrics
-from hermes_nb.protocol.metrics import MetricsRow
+from hermes_nb.protocol.metrics import WANDB_STEP_KEY, MetricsRow
+from hermes_nb.system.disk import RecordFile
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +53,6 @@ MAX_QUEUED_ROWS = 100_000
 DEFAULT_CLOSE_TIMEOUT_S = 30.0
 
 _STOP = object()
-# The W&B key that carries the trainer step of every row (the x-axis of every chart).
-STEP_KEY = "trainer/step"
 
 
 class WandbRunSettings(BaseModel):
@@ -58,7 +60,7 @@ class WandbRunSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    project: str = "hermes-nb"
+    project: str = WandbConfig.model_fields["project"].default
     name: str | None = None
     group: str | None = None
     mode: ResolvedWandbMode = "offline"
@@ -95,19 +97,20 @@ class MetricsLogger:
     def __init__(self, jsonl_path: str | Path, *, wandb: WandbRunSettings | None = None) -> None:
         self.jsonl_path = Path(jsonl_path)
         self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.jsonl_path.open("a", encoding="utf-8")
+        self._file = RecordFile(self.jsonl_path)
         self._lock = threading.Lock()
         self._sink = _WandbSink(wandb) if wandb is not None and wandb.mode != "disabled" else None
 
     def log(self, step: int, values: dict[str, float]) -> MetricsRow:
-        """Write one row for trainer step ``step``. Non-finite values are dropped: JSON has no NaN."""
+        """Write one row for trainer step ``step``. Non-finite values are dropped: JSON has no NaN.
+
+        Raises ``DiskFullError`` (the file as it was) when the row does not fit."""
         clean = {key: float(v) for key, v in values.items() if _is_finite(v)}
         row = MetricsRow(step=int(step), time=time.time(), values=clean)
         with self._lock:
             if self._file.closed:
                 raise RuntimeError(f"MetricsLogger for {self.jsonl_path} is closed")
-            self._file.write(row.to_json_line())
-            self._file.flush()
+            self._file.append(row.to_json_line().encode("utf-8"))
         if self._sink is not None:
             self._sink.submit(row)
         return row
@@ -115,8 +118,7 @@ class MetricsLogger:
     def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
         """Close the file and let W&B flush for up to ``timeout`` seconds. Safe to call twice."""
         with self._lock:
-            if not self._file.closed:
-                self._file.close()
+            self._file.close()
         if self._sink is not None:
             self._sink.close(timeout)
 
@@ -199,8 +201,8 @@ class _WandbSink:
         )
         # The x-axis is the trainer step carried as a value, not W&B's own step: W&B drops rows whose step goes
         # backwards, and an evaluation started at step s may finish after rows for s+1 were logged.
-        run.define_metric(STEP_KEY)
-        run.define_metric("*", step_metric=STEP_KEY)
+        run.define_metric(WANDB_STEP_KEY)
+        run.define_metric("*", step_metric=WANDB_STEP_KEY)
         _write_info(s, run)
         return run
 
@@ -212,7 +214,7 @@ class _WandbSink:
             if self.failed:
                 continue
             try:
-                run.log({**item.values, STEP_KEY: item.step})
+                run.log({**item.values, WANDB_STEP_KEY: item.step})
             except Exception as exc:
                 self._fail("stopped logging", exc)
 

@@ -1,4 +1,5 @@
-"""The notebook layer: ``%rl_*`` magics, widgets (picker, config form, run monitor), the live metrics plot.
+"""The notebook layer: ``%rl_*`` magics, widgets (picker, config form, run monitor, rollout viewer), the
+live metrics plot.
 
 Magics and widgets hold no logic of their own; each calls the async core (``hermes_nb.api``) through
 ``hermes_nb.syncio.run_sync``. Importing this package pulls in ipywidgets and matplotlib, so ``hermes_nb``
@@ -14,6 +15,7 @@ from hermes_nb.notebook.live_plot import LivePlot
 from hermes_nb.notebook.widgets.config_form import ConfigForm
 from hermes_nb.notebook.widgets.monitor import RunMonitor
 from hermes_nb.notebook.widgets.picker import EnvironmentPicker
+from hermes_nb.notebook.widgets.samples import SamplesViewer
 from hermes_nb.plotting.plot import save_metrics_plot
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "EnvironmentPicker",
     "LivePlot",
     "RunMonitor",
+    "SamplesViewer",
     "dashboard",
     "load_ipython_extension",
     "save_metrics_plot",

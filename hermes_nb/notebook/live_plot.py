@@ -67,6 +67,7 @@ class LivePlot:
     def close(self) -> None:
         """Stop refreshing; the last frame stays on screen."""
         self._refresher.stop()
+        release_thread_fonts()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every run has ended and the final frame is drawn (True), or ``timeout`` seconds (False)."""
@@ -87,6 +88,7 @@ class LivePlot:
         self.finished = True
         self._update_caption()
         self._publish_final()
+        release_thread_fonts()
         return False
 
     def _publish_final(self) -> None:
@@ -116,3 +118,18 @@ class LivePlot:
     def __repr__(self) -> str:
         runs = [source.label for source in self.plot.sources]
         return f"LivePlot(runs={runs}, frames={self.plot.frames}, finished={self.finished})"
+
+
+def release_thread_fonts() -> None:
+    """Close the fonts matplotlib keeps open for drawing threads that have ended.
+
+    matplotlib caches its open fonts per drawing thread (``font_manager._get_font``, keyed by the thread id, 64
+    entries), so every plot thread that ends leaves its fonts and their file descriptors open until 64 newer
+    threads push them out: a kernel that watches run after run grows by an fd or two a run. Clearing the cache
+    when a plot's thread ends gives them back; a plot still drawing opens its fonts again on its next frame.
+    """
+    from matplotlib import font_manager
+
+    cache_clear = getattr(getattr(font_manager, "_get_font", None), "cache_clear", None)
+    if cache_clear is not None:  # a private cache: gone in some later matplotlib, nothing to release then
+        cache_clear()

@@ -7,6 +7,7 @@ the ``HermesNB`` configurable, so ``%config HermesNB.home = "/data/rl"`` works l
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 from collections.abc import Callable, Coroutine
@@ -18,17 +19,16 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Float, Unicode, observe
 
-from hermes_nb import home
 from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook import kernel_runs
 from hermes_nb.notebook.live_plot import DEFAULT_REFRESH_INTERVAL_S, LivePlot
+from hermes_nb.notebook.widgets.monitor import DEFAULT_STATUS_INTERVAL_S
 from hermes_nb.syncio import run_sync
+from hermes_nb.system import home
+from hermes_nb.system.home import ENV_PYTHON_VAR
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-
-# The run monitor re-reads run.json and the log tail this often; a status read is a few small file reads.
-DEFAULT_STATUS_INTERVAL_S = 2.0
 
 
 def user_errors(func: F) -> F:
@@ -48,15 +48,9 @@ def call(coro: Coroutine[Any, Any, T]) -> T:
     return run_sync(coro)
 
 
-def parse_assignments(items: list[str]) -> dict[str, str]:
-    """``["group_size=8", "trainer.learning_rate=1e-4"]`` -> dict; values stay text, the core parses them."""
-    edits: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise HermesNBError(f"{item!r} is not field=value (e.g. group_size=8 or trainer.learning_rate=1e-4)")
-        edits[name.strip()] = value
-    return edits
+# An option left out is absent from the parsed arguments, so the core function's own default (written only
+# there) applies.
+NOT_GIVEN = argparse.SUPPRESS
 
 
 @magics_class
@@ -72,10 +66,29 @@ class HermesNB(Magics):
     status_interval = Float(DEFAULT_STATUS_INTERVAL_S, min=0.2, help="Seconds between run monitor refreshes.").tag(
         config=True
     )
+    env_python = Unicode(
+        "",
+        help="The Python that reads and runs atroposlib environments (one with atroposlib installed); sets "
+        f"{ENV_PYTHON_VAR}. Empty: hermes-nb's own interpreter.",
+    ).tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
         self._apply_home(self.home)
+        if self.env_python:  # left empty, a value set outside the kernel stands
+            self._apply_env_python(self.env_python)
+
+    @observe("env_python")
+    def _env_python_changed(self, change: Any) -> None:
+        self._apply_env_python(change["new"])
+
+    @staticmethod
+    def _apply_env_python(value: str) -> None:
+        """The variable the core reads, so selection and runs started from this kernel use the interpreter."""
+        if value.strip():
+            os.environ[ENV_PYTHON_VAR] = str(Path(value.strip()).expanduser())
+        else:
+            os.environ.pop(ENV_PYTHON_VAR, None)
 
     @observe("home")
     def _home_changed(self, change: Any) -> None:
@@ -124,6 +137,7 @@ class HermesNB(Magics):
     def rl_edit(self, line: str) -> Any:
         """Change config fields, all or nothing: if one value is refused, nothing changes."""
         from hermes_nb.api import rl_edit_config
+        from hermes_nb.selection.editing import parse_assignments
 
         args = parse_argstring(self.rl_edit, line)
         return call(rl_edit_config(parse_assignments(args.assignments)))
@@ -137,6 +151,7 @@ class HermesNB(Magics):
     def rl_start(self, line: str) -> Any:
         """Start a training run of the selected environment with the current config."""
         from hermes_nb.runs.api import rl_start_training
+        from hermes_nb.selection.editing import parse_assignments
 
         args = parse_argstring(self.rl_start, line)
         result = call(rl_start_training(**parse_assignments(args.overrides)))
@@ -177,15 +192,16 @@ class HermesNB(Magics):
     @line_magic
     @magic_arguments()
     @argument("run", nargs="?", help="run id (default: the latest run started here, else the newest)")
-    @argument("--process", "-p", default="trainer", help="trainer, env, api or supervisor (default: trainer)")
-    @argument("-n", "--lines", type=int, default=50, help="how many lines (default: 50)")
+    @argument("--process", "-p", default=NOT_GIVEN, help="trainer, env, api or supervisor (default: the trainer's log)")
+    @argument("-n", "--lines", type=int, default=NOT_GIVEN, help="how many lines")
     @user_errors
     def rl_logs(self, line: str) -> Any:
         """The last lines of one process's log."""
         from hermes_nb.runs.api import rl_tail_logs
 
-        args = parse_argstring(self.rl_logs, line)
-        return call(rl_tail_logs(kernel_runs.default_run(args.run), process=args.process, lines=args.lines))
+        options = vars(parse_argstring(self.rl_logs, line))
+        run = kernel_runs.default_run(options.pop("run"))
+        return call(rl_tail_logs(run, **options))
 
     @line_magic
     @magic_arguments()
@@ -200,20 +216,50 @@ class HermesNB(Magics):
 
     @line_magic
     @magic_arguments()
-    @argument("--steps", type=int, default=3, help="inference steps (default: 3)")
-    @argument("--group-size", type=int, default=16, help="completions per prompt (default: 16)")
-    @argument("--models", default=None, help="comma-separated models to compare (default: the configured one)")
+    @argument("run", nargs="?", help="run id (default: the latest run started here, else the newest)")
+    @argument("--step", type=int, default=NOT_GIVEN, help="trainer step (default: the last recorded)")
+    @argument("--worst", action="store_true", help="lowest scores first")
+    @argument("--best", action="store_true", help="highest scores first")
+    @argument("-n", type=int, default=NOT_GIVEN, help="how many samples")
+    @argument("--min-score", type=float, default=NOT_GIVEN, help="only samples scored at least this")
+    @argument("--max-score", type=float, default=NOT_GIVEN, help="only samples scored at most this")
+    @user_errors
+    def rl_samples(self, line: str) -> Any:
+        """The sampled conversations of a step with their scores and advantages (tool calls and results shown)."""
+        from hermes_nb.rollouts.api import rl_get_samples
+
+        options = vars(parse_argstring(self.rl_samples, line))
+        worst, best = options.pop("worst"), options.pop("best")
+        if worst and best:
+            raise HermesNBError("%rl_samples: give --worst or --best, not both")
+        if worst or best:
+            options["order"] = "worst" if worst else "best"
+        run = kernel_runs.default_run(options.pop("run"))
+        return call(rl_get_samples(run, **options))
+
+    @line_magic
+    @magic_arguments()
+    @argument("--steps", dest="num_steps", type=int, default=NOT_GIVEN, help="inference steps")
+    @argument("--group-size", type=int, default=NOT_GIVEN, help="completions per prompt")
+    @argument(
+        "--models",
+        default=None,
+        help="comma-separated models to compare (default: small, medium and large hosted models when "
+        "OPENROUTER_API_KEY is set, and the base model)",
+    )
     @user_errors
     def rl_test(self, line: str) -> Any:
-        """Sample and score a few groups from the selected environment without training."""
+        """Sample and score a few groups from the selected environment without training: a table of each model's
+        accuracy, format failures, latency and tokens, and a bar chart of accuracy."""
         import hermes_nb.api as api
 
-        args = parse_argstring(self.rl_test, line)
+        options = vars(parse_argstring(self.rl_test, line))
         test = getattr(api, "rl_test_inference", None)
         if test is None:
             raise HermesNBError("inference testing (rl_test_inference) is not available in this version")
-        models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
-        return call(test(num_steps=args.steps, group_size=args.group_size, models=models))
+        from hermes_nb.model_test.targets import split_models
+
+        return call(test(models=split_models(options.pop("models")), **options))
 
     @line_magic
     @magic_arguments()

@@ -7,22 +7,25 @@ written all its rows, so the last frame drawn is complete.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from hermes_nb import home
 from hermes_nb.errors import HermesNBError, UnknownRunError
 from hermes_nb.metrics.reader import read_metrics
 from hermes_nb.plotting.figure import PLOTTED_KEYS
 from hermes_nb.protocol.metrics import (
-    ENV_METRICS_FILE,
     ENV_PREFERRED_KEYS,
-    TRAINER_METRICS_FILE,
+    WANDB_STEP_KEY,
     MetricsRow,
 )
+from hermes_nb.protocol.run_layout import ENV_METRICS_FILE, RUN_STATE_FILE, TRAINER_METRICS_FILE, RunPaths
+from hermes_nb.runs.damage import Damage, file_damage, read_state
 from hermes_nb.runs.lineage import predecessor_rows
-from hermes_nb.runs.state import RunStateUnreadable, read_run_state
+from hermes_nb.system import home
+
+logger = logging.getLogger(__name__)
 
 # The W&B public API is rate limited per key (a few hundred requests a minute shared by everything the user
 # runs), and a training step takes seconds: asking more often than this gains nothing.
@@ -51,12 +54,14 @@ class RunFilesSource:
         self._env_has: set[str] = set()  # ENV_PREFERRED_KEYS the environment has logged so far
         # A resumed run's curve continues the one it resumed from: those rows come with the first poll.
         self._earlier = {name: predecessor_rows(run_id, name) for name in self._offsets}
+        # What is wrong with the run's files, once it has ended and a poll has looked (None: not looked yet).
+        self.damaged: list[Damage] | None = None
 
     def finished(self) -> bool:
-        try:
-            return read_run_state(self.run_dir).is_terminal
-        except RunStateUnreadable:
+        if not (self.run_dir / RUN_STATE_FILE).is_file():
             return False  # not written yet: the run is still starting
+        # A run.json that cannot be read is shown from the run's other files (hermes_nb.runs.damage).
+        return read_state(RunPaths.for_run(self.label))[0].is_terminal
 
     def poll(self) -> list[MetricsRow]:
         earlier, self._earlier = self._earlier, {}
@@ -67,7 +72,20 @@ class RunFilesSource:
         for row in new[ENV_METRICS_FILE]:
             self._env_has |= ENV_PREFERRED_KEYS & row.values.keys()
         trainer_rows = [without_keys(row, self._env_has) for row in new[TRAINER_METRICS_FILE]]
+        self._say_damage()
         return trainer_rows + new[ENV_METRICS_FILE]
+
+    def _say_damage(self) -> None:
+        """Once the run has ended, log (once) what is wrong with its files: the plot shows what could be read."""
+        if self.damaged is not None or not (self.run_dir / RUN_STATE_FILE).is_file():
+            return
+        paths = RunPaths.for_run(self.label)
+        state, damaged = read_state(paths)
+        if not state.is_terminal:
+            return
+        self.damaged = damaged + file_damage(paths, ended=True)
+        for damage in self.damaged:
+            logger.warning("run %s: damaged: %s", self.label, damage)
 
 
 def without_keys(row: MetricsRow, keys: set[str]) -> MetricsRow:
@@ -153,7 +171,7 @@ class WandbRunSource:
 
 def _row_from_history(item: dict[str, Any]) -> MetricsRow | None:
     # hermes-nb logs its own x-axis (the trainer step) next to W&B's internal _step; prefer it.
-    raw_step = item.get("trainer/step", item.get("_step"))
+    raw_step = item.get(WANDB_STEP_KEY, item.get("_step"))
     if not isinstance(raw_step, int | float):
         return None
     step = int(raw_step)

@@ -3,19 +3,23 @@
 The OpenAI shapes are the public ones; two additive fields carry what RL needs and OpenAI omits: the prompt's
 token ids (``prompt_token_ids``) and each choice's sampled token ids (``token_ids``), so an environment can
 build a ``ScoredDataGroup`` without re-tokenizing (re-tokenizing text is lossy for byte-level tokenizers).
+hermes-nb's server always fills them; hosted providers answer with text only, so a response without them is
+valid too (the environment then re-tokenizes, and what it builds is for testing only).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Guards against a client asking the CPU server for an unbounded amount of work in one request.
 MAX_N = 256
 MAX_NEW_TOKENS = 4096
 
-FinishReason = Literal["stop", "length"]
+# ``content_filter``: a hosted provider refused to answer (OpenAI's name for it); hermes-nb's server never sends it.
+# ``tool_calls``: a chat answer that parsed as tool calls (``hermes_nb.protocol.tool_calls``).
+FinishReason = Literal["stop", "length", "content_filter", "tool_calls"]
 
 
 class SamplingParams(BaseModel):
@@ -37,10 +41,56 @@ class CompletionRequest(SamplingParams):
     echo: bool = False
 
 
+class FunctionCall(BaseModel):
+    """OpenAI's ``function`` of a tool call: ``arguments`` is a JSON object serialised as a string."""
+
+    name: str = Field(min_length=1)
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolSpec(BaseModel):
+    """One entry of a chat request's ``tools``: OpenAI's function tool (the only kind there is to call)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"] = "function"
+    function: dict[str, str]
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "user", "assistant", "tool"]
-    content: str
+    # Null or absent only on an assistant turn that made tool calls (OpenAI sends ``"content": null`` there, and
+    # an SDK message dumped without its None fields has no ``content``).
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _content_or_calls(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"content: null is only accepted on an assistant message with tool_calls, not {self.role}")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError(f"tool_calls: only an assistant message carries them, not {self.role}")
+        return self
 
 
 class ChatCompletionRequest(SamplingParams):
@@ -48,6 +98,11 @@ class ChatCompletionRequest(SamplingParams):
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=5)
+    # Rendered by the model's chat template; the answer is parsed for calls in the Hermes format. ``tool_choice``
+    # ``none`` renders no tools and parses nothing; ``required`` and a named function are honoured by what is
+    # rendered (a named function: only that tool), not enforced on sampling.
+    tools: list[ToolSpec] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
 
 
 class CompletionLogprobs(BaseModel):
@@ -62,7 +117,7 @@ class CompletionChoice(BaseModel):
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: FinishReason
-    token_ids: list[int]
+    token_ids: list[int] | None = None  # absent from text-only endpoints
 
 
 class Usage(BaseModel):
@@ -78,7 +133,7 @@ class CompletionResponse(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: Usage
-    prompt_token_ids: list[list[int]]
+    prompt_token_ids: list[list[int]] | None = None  # absent from text-only endpoints
     # Additive: the optimizer step of the weights that produced every choice (hermes-nb's server fills it; one
     # request is one batch, so all its choices share it). Lets an evaluation say exactly which policy it measured.
     policy_version: int | None = None
@@ -95,7 +150,9 @@ class ChatLogprobs(BaseModel):
 
 class ChatResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    # Null when the answer is tool calls only (OpenAI's shape); the exact tokens stay in ``ChatChoice.token_ids``.
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -103,7 +160,7 @@ class ChatChoice(BaseModel):
     message: ChatResponseMessage
     logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason
-    token_ids: list[int]
+    token_ids: list[int] | None = None  # absent from text-only endpoints
 
 
 class ChatCompletionResponse(BaseModel):
@@ -113,7 +170,7 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: Usage
-    prompt_token_ids: list[int]
+    prompt_token_ids: list[int] | None = None  # absent from text-only endpoints
 
 
 class GenerateRequest(BaseModel):

@@ -1,7 +1,7 @@
 """Metric keys and the per-step row shared by the trainer, the environment, W&B and ``metrics.jsonl``.
 
-The key names are the contract between whoever logs and whoever reads (status, plots, benchmarks): the tool
-this package replaces looked up keys its trainer never logged, so every reader imports these constants.
+The key names are the contract between whoever logs and whoever reads (status, plots, benchmarks): every writer
+and every reader imports these constants, so a reader cannot look up a key that no writer logs.
 """
 
 from __future__ import annotations
@@ -20,6 +20,29 @@ TRAIN_LEARNING_RATE = "train/learning_rate"
 TRAIN_SEQUENCES_PER_SECOND = "train/sequences_per_second"
 TRAIN_TOKENS_PER_SECOND = "train/tokens_per_second"
 TRAIN_STEP_SECONDS = "train/step_seconds"
+# Of a step's batch: the sequences and tokens that carried a learning signal (the rest cost no gradient).
+TRAIN_TRAINED_SEQUENCES = "train/trained_sequences"
+TRAIN_TRAINED_TOKENS = "train/trained_tokens"
+# A step's wall time split: waiting for the batch, then computing on it.
+TRAIN_WAIT_SECONDS = "train/wait_seconds"
+TRAIN_COMPUTE_SECONDS = "train/compute_seconds"
+# The share of a step's batch that came from a replayed earlier run (transfer learning).
+TRAIN_REPLAY_FRACTION = "train/replay_fraction"
+
+# The environment runtime's counters, per metrics row.
+ENV_GROUPS_POSTED = "env/groups_posted"
+ENV_GROUPS_SKIPPED = "env/groups_skipped"
+# Groups lost to a fault of the environment: collect_trajectories raised, the group was malformed (the runtime's
+# check or the API's 4xx), or the post failed. Timed-out calls are counted apart, under ENV_TIMEOUTS.
+ENV_GROUPS_FAILED = "env/failed_groups"
+ENV_TIMEOUTS = "env/timeouts"
+ENV_SECONDS_PER_GROUP = "env/seconds_per_group"
+ENV_COMPLETION_TOKENS_MEAN = "env/completion_tokens_mean"
+ENV_QUEUE_SIZE = "env/api_queue_groups"
+EVAL_SECONDS = "eval/seconds"
+
+# The W&B key that carries the trainer step of every row: the x-axis of every chart, next to W&B's own _step.
+WANDB_STEP_KEY = "trainer/step"
 
 # Both the trainer and the environment log these. The environment's value covers every completion it sampled;
 # the trainer's only the sequences in the batch it trained on, which excludes groups dropped for having equal
@@ -27,9 +50,14 @@ TRAIN_STEP_SECONDS = "train/step_seconds"
 # (status, the plot) take the environment's value and fall back to the trainer's.
 ENV_PREFERRED_KEYS = frozenset({TRAIN_REWARD_MEAN, TRAIN_PERCENT_CORRECT})
 
-# Files in the run directory, one JSON object per line.
-TRAINER_METRICS_FILE = "metrics.jsonl"
-ENV_METRICS_FILE = "env_metrics.jsonl"
+# Every training metric's key starts with TRAIN_PREFIX, every evaluation metric's with EVAL_PREFIX.
+TRAIN_PREFIX = "train/"
+EVAL_PREFIX = "eval/"
+
+
+def train_key(name: str) -> str:
+    """The key of a training metric a backend reports under its own name (``grad_norm`` -> ``train/grad_norm``)."""
+    return TRAIN_PREFIX + name
 
 
 class MetricsRow(BaseModel):

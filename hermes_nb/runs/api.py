@@ -9,15 +9,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from hermes_nb import editing, session
 from hermes_nb.config import InfraConfig, RunConfig
-from hermes_nb.discovery import EnvironmentInfo
 from hermes_nb.errors import NoEnvironmentSelectedError
-from hermes_nb.runs import history, launcher, status, stop
+from hermes_nb.runs import history, launcher, status, stop, transfer
 from hermes_nb.runs.registry import resolve_run
 from hermes_nb.runs.reports import LogTail, RunList, RunResults, RunStatus, StartResult, StopResult
-from hermes_nb.schema import read_schema
-from hermes_nb.session import SessionState
+from hermes_nb.selection import editing, session
+from hermes_nb.selection.discovery import EnvironmentInfo
+from hermes_nb.selection.schema import read_schema
+from hermes_nb.selection.session import SessionState
 
 
 async def _resume_state(run_id: str) -> SessionState:
@@ -49,6 +49,7 @@ async def rl_start_training(resume_from: str | None = None, **overrides: Any) ->
     if overrides:
         state, _, _ = editing.apply_edits(state, overrides)
     resolved, run_state, paths = await asyncio.to_thread(launcher.start_run, state.config)
+    damaged = await asyncio.to_thread(transfer.resume_damage, resume_from) if resume_from else []
     return StartResult(
         run_id=run_state.run_id,
         status=run_state.status,
@@ -58,6 +59,7 @@ async def rl_start_training(resume_from: str | None = None, **overrides: Any) ->
         wandb_project=resolved.wandb.project,
         wandb_run_name=resolved.wandb.run_name or "",
         total_steps=run_state.total_steps,
+        damaged=damaged,
     )
 
 
@@ -76,9 +78,19 @@ async def rl_list_runs() -> RunList:
     return await asyncio.to_thread(history.list_runs)
 
 
-async def rl_get_results(run_id: str | None = None) -> RunResults:
-    """Final and best metrics, the metric history, checkpoints and the final weights path of a run."""
-    return await asyncio.to_thread(history.get_results, run_id)
+async def rl_get_results(run_id: str | None = None, download: bool = False) -> RunResults:
+    """Final and best metrics, the metric history, checkpoints and the final weights path of a run.
+
+    ``download=True`` (a run on the Tinker backend): fetch the final weights from the Tinker server into the run
+    directory first, as a model ``from_pretrained`` loads (merged; or the adapter, naming its base, when the base
+    model is not on this machine), and give that directory as ``final_weights_path``."""
+    results = await asyncio.to_thread(history.get_results, run_id)
+    if not download:
+        return results
+    from hermes_nb.trainer.tinker_weights import download_in_child
+
+    weights = await asyncio.to_thread(download_in_child, resolve_run(results.run_id).run_dir)
+    return results.model_copy(update={"final_weights_path": str(weights)})
 
 
 async def rl_tail_logs(run_id: str | None = None, process: str = "trainer", lines: int = 50) -> LogTail:

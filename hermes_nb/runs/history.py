@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 
 from hermes_nb.errors import HermesNBError
-from hermes_nb.logtail import tail_lines
-from hermes_nb.metrics.reader import read_all_metrics
+from hermes_nb.metrics.reader import last_complete_line, read_metrics_file
 from hermes_nb.protocol import metrics as keys
-from hermes_nb.protocol.checkpoints import read_checkpoints
+from hermes_nb.protocol.checkpoints import read_checkpoint_index
 from hermes_nb.protocol.metrics import MetricsRow
-from hermes_nb.runs.layout import PROCESS_NAMES, RunPaths
+from hermes_nb.protocol.run_layout import LOGGED_PROCESSES, RunPaths
+from hermes_nb.runs.damage import current_state, file_damage
 from hermes_nb.runs.lineage import predecessor_rows
-from hermes_nb.runs.reconcile import reconcile
-from hermes_nb.runs.registry import known_run_ids, load_state, resolve_run
+from hermes_nb.runs.registry import known_run_ids, resolve_run
 from hermes_nb.runs.reports import LogTail, RunList, RunResults, RunSummary
-from hermes_nb.runs.state import RunStateUnreadable, read_run_state
 from hermes_nb.runs.wandb_remote import TRAINER_RUN_FILE
+from hermes_nb.system.logtail import tail_lines
 
 # Metrics where higher is better; loss is the one where lower is.
 _HIGHER_IS_BETTER = (keys.TRAIN_REWARD_MEAN, keys.TRAIN_PERCENT_CORRECT, keys.EVAL_PERCENT_CORRECT)
@@ -24,11 +23,11 @@ MAX_LOG_LINES = 10_000
 
 
 def _last_step(paths: RunPaths) -> int:
-    tail = tail_lines(paths.metrics, 1)
-    if not tail:
+    line = last_complete_line(paths.metrics)  # a cut-short last line is damage, not the last step
+    if line is None:
         return 0
     try:
-        return MetricsRow.from_json_line(tail[0]).step
+        return MetricsRow.model_validate_json(line).step
     except ValueError:
         return 0
 
@@ -37,10 +36,7 @@ def list_runs() -> RunList:
     summaries = []
     for run_id in known_run_ids():
         paths = RunPaths.for_run(run_id)
-        try:
-            state = reconcile(paths, read_run_state(paths.run_dir))
-        except RunStateUnreadable:
-            continue
+        state, damaged = current_state(paths)
         summaries.append(
             RunSummary(
                 run_id=run_id,
@@ -49,6 +45,7 @@ def list_runs() -> RunList:
                 created_at=state.created_at,
                 step=_last_step(paths),
                 total_steps=state.total_steps,
+                damaged=damaged + file_damage(paths, ended=state.is_terminal),
             )
         )
     return RunList(runs=summaries)
@@ -76,17 +73,20 @@ def _wandb_url(paths: RunPaths) -> str | None:
 
 def get_results(run_id: str | None) -> RunResults:
     paths = resolve_run(run_id)
-    state = reconcile(paths, load_state(paths))
+    state, damaged = current_state(paths)
+    trainer_read, env_read = read_metrics_file(paths.metrics), read_metrics_file(paths.env_metrics)
+    index = read_checkpoint_index(paths.checkpoints_index)
+    damaged += file_damage(paths, ended=state.is_terminal, trainer=trainer_read, env=env_read, index=index)
     # A resumed run's history continues the run it resumed from.
-    rows = predecessor_rows(state.run_id, paths.metrics.name) + read_all_metrics(paths.metrics)
-    env_rows = predecessor_rows(state.run_id, paths.env_metrics.name) + read_all_metrics(paths.env_metrics)
+    rows = predecessor_rows(state.run_id, paths.metrics.name) + trainer_read.rows
+    env_rows = predecessor_rows(state.run_id, paths.env_metrics.name) + env_read.rows
     evals = [r for r in env_rows if keys.EVAL_PERCENT_CORRECT in r.values]
-    checkpoints = read_checkpoints(paths.checkpoints_index)
+    checkpoints = index.existing
     final = dict(rows[-1].values) if rows else {}
     if evals:
         # The latest evaluation's own keys only: an environment's row may also carry train/* values of its own,
         # which must not overwrite (or compete with) the trainer's.
-        final.update({k: v for k, v in evals[-1].values.items() if k.startswith("eval/")})
+        final.update({k: v for k, v in evals[-1].values.items() if k.startswith(keys.EVAL_PREFIX)})
     eval_only = [
         r.model_copy(update={"values": {keys.EVAL_PERCENT_CORRECT: r.values[keys.EVAL_PERCENT_CORRECT]}}) for r in evals
     ]
@@ -101,13 +101,14 @@ def get_results(run_id: str | None) -> RunResults:
         checkpoints=checkpoints,
         final_weights_path=checkpoints[-1].path if checkpoints else None,
         wandb_url=_wandb_url(paths),
+        damaged=damaged,
     )
 
 
 def tail_logs(run_id: str | None, process: str = "trainer", lines: int = 50) -> LogTail:
-    choices = (*PROCESS_NAMES, "supervisor")
-    if process not in choices:
-        raise HermesNBError(f"process: {process!r} is not a process of a run; choose one of {', '.join(choices)}")
+    if process not in LOGGED_PROCESSES:
+        choices = ", ".join(LOGGED_PROCESSES)
+        raise HermesNBError(f"process: {process!r} is not a process of a run; choose one of {choices}")
     if not 1 <= lines <= MAX_LOG_LINES:
         raise HermesNBError(f"lines: {lines} is out of range; choose 1 to {MAX_LOG_LINES}")
     paths = resolve_run(run_id)

@@ -10,24 +10,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hermes_nb import home
-from hermes_nb.config import EMBEDDED_BASE_MODEL, RunConfig
+from hermes_nb.atropos.interpreter import configured_python, env_python
+from hermes_nb.atropos.sizes import check_startable
+from hermes_nb.config import RunConfig, base_model_dir
 from hermes_nb.errors import ConfigError, LaunchError, NoEnvironmentSelectedError
-from hermes_nb.net import LOOPBACK, free_port
+from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.runs.external_api import unusable_reason
 from hermes_nb.runs.ids import new_run_id
-from hermes_nb.runs.layout import RunPaths
+from hermes_nb.runs.ports import pick_ports, with_ports
 from hermes_nb.runs.state import RunState, write_run_state
 from hermes_nb.runs.transfer import resolve_transfer
 from hermes_nb.runs.wandb_names import wandb_run_name
+from hermes_nb.system import home, secrets
+from hermes_nb.system.processes import spawn_group
+from hermes_nb.trainer.backend import model_dir_for
 
 # The intermediate launcher process forks the supervisor and exits; it never takes long.
 SUPERVISOR_DETACH_TIMEOUT = 30.0
-
-
-def resolve_base_model(base_model: str) -> str:
-    if base_model == EMBEDDED_BASE_MODEL:
-        return str(home.embedded_base_model_dir())
-    return base_model
 
 
 def validate_for_start(config: RunConfig) -> None:
@@ -38,38 +37,61 @@ def validate_for_start(config: RunConfig) -> None:
     if not Path(config.environment.file).is_file():
         raise ConfigError(f"environment file {config.environment.file} no longer exists; select an environment again")
     if config.trainer.backend == "local":
-        model_dir = Path(resolve_base_model(config.trainer.base_model)).expanduser()
-        if not (model_dir / "config.json").is_file():
-            raise ConfigError(
-                f"trainer.base_model: {config.trainer.base_model!r} is not a model directory (no config.json); "
-                "use 'embedded' or a local Hugging Face model directory"
-            )
+        model_dir_for(config.trainer.base_model)
+    if config.trainer.backend == "tinker":
+        from hermes_nb.trainer.tinker_preflight import check_before_start
+
+        check_before_start(config)  # key, server, base model: refused here, before anything is created
+    if config.environment.framework == "atroposlib":
+        validate_atroposlib_environment(config)
+
+
+def validate_atroposlib_environment(config: RunConfig) -> None:
+    """Sizes a run can use, and (when this run starts the environment) an environment Python with atroposlib."""
+    assert config.environment is not None
+    check_startable(config)
+    if config.trainer.start_environment:
+        env_python("atroposlib", config.environment.file)
+
+
+def validate_trajectory_api(config: RunConfig) -> None:
+    """An external API (``trainer.external_api_url``) must answer and be able to serve this run's shape from its
+    start step (``hermes_nb.runs.external_api``), so a wrong URL fails here, before anything is created."""
+    trainer = config.trainer
+    if not trainer.start_environment and trainer.external_api_url is None:
+        raise ConfigError(
+            "trainer.start_environment: false needs trainer.external_api_url (environments started elsewhere feed "
+            "that API); set it, or set start_environment back to true"
+        )
+    reason = unusable_reason(config)
+    if reason is not None:
+        raise ConfigError(reason)
 
 
 def resolve_infrastructure(config: RunConfig, run_id: str, paths: RunPaths) -> RunConfig:
     """Fill the locked fields: loopback URLs on free ports, directories, tokenizer = base model."""
-    api_port, inference_port = free_port(), free_port()
-    while inference_port == api_port:
-        inference_port = free_port()
-    api_url = f"http://{LOOPBACK}:{api_port}"
-    inference_url = f"http://{LOOPBACK}:{inference_port}"
-    base_model = resolve_base_model(config.trainer.base_model)
+    config = with_ports(config, *pick_ports())
+    base_model = str(base_model_dir(config.trainer.base_model))
     infra = config.infra.model_copy(
         update={
             "run_id": run_id,
             "run_dir": str(paths.run_dir),
             "log_dir": str(home.logs_dir()),
             "checkpoint_dir": str(paths.checkpoints_dir),
-            "api_url": api_url,
-            "inference_url": inference_url,
-            "api_port": api_port,
-            "inference_port": inference_port,
             "tokenizer_name": base_model,
+            "env_python": _env_python(config),
         }
     )
-    env = {**config.env, "rollout_server_url": api_url, "tokenizer_name": base_model}
+    env = {**config.env, "tokenizer_name": base_model}
     wandb = config.wandb.model_copy(update={"run_name": wandb_run_name(config, run_id)})
     return config.model_copy(update={"infra": infra, "env": env, "wandb": wandb})
+
+
+def _env_python(config: RunConfig) -> str | None:
+    """The interpreter an atroposlib environment runs in, as checked by ``validate_for_start``."""
+    if config.environment is None or config.environment.framework != "atroposlib":
+        return None
+    return configured_python()
 
 
 def save_redacted(config: RunConfig, path: Path) -> None:
@@ -87,7 +109,8 @@ def initial_state(config: RunConfig, run_id: str) -> RunState:
     return RunState(
         run_id=run_id,
         environment=config.environment.name,
-        total_steps=int(config.env.get("total_steps", 0)) or 1,
+        # Progress is step / total_steps: an environment that allows 0 steps still must not divide by zero.
+        total_steps=int(config.env_value("total_steps")) or 1,
         api_port=config.infra.api_port,
         inference_port=config.infra.inference_port,
         wandb_project=config.wandb.project,
@@ -98,14 +121,10 @@ def initial_state(config: RunConfig, run_id: str) -> RunState:
 
 def spawn_supervisor(paths: RunPaths) -> None:
     log_path = paths.logs["supervisor"]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "hermes_nb.runs.supervisor", "--detach", paths.run_id],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    # Not tied to this process's life: the supervisor detaches (forks again) and outlives the kernel that started it.
+    proc = spawn_group(
+        [sys.executable, "-m", "hermes_nb.runs.supervisor", "--detach", paths.run_id], log_path, die_with_parent=False
+    )
     try:
         code = proc.wait(timeout=SUPERVISOR_DETACH_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -121,12 +140,16 @@ def start_run(config: RunConfig) -> tuple[RunConfig, RunState, RunPaths]:
     """Validate, lay out, and launch. Returns the resolved config, the initial state and the paths."""
     home.load_keys()
     validate_for_start(config)
-    config = resolve_transfer(config, Path(resolve_base_model(config.trainer.base_model)))
+    config = resolve_transfer(config, base_model_dir(config.trainer.base_model))
+    validate_trajectory_api(config)  # after resolve_transfer: it sets the step the run starts from
     run_id = new_run_id()
     paths = RunPaths.for_run(run_id)
-    paths.run_dir.mkdir(parents=True, exist_ok=False)
+    # Private from here on (0700 folders, a 0600 secret): loopback and /tmp are shared with every local user.
+    secrets.private_home()
+    paths.run_dir.mkdir(mode=secrets.PRIVATE_DIR_MODE, exist_ok=False)
+    secrets.private_dir(paths.run_dir)
+    secrets.create_run_secret(paths.run_dir)
     paths.checkpoints_dir.mkdir()
-    home.logs_dir().mkdir(parents=True, exist_ok=True)
     resolved = resolve_infrastructure(config, run_id, paths)
     save_redacted(resolved, paths.config)
     state = initial_state(resolved, run_id)

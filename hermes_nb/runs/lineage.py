@@ -7,12 +7,13 @@ A resumed run has its own directory (nothing of the earlier run is rewritten: no
 
 from __future__ import annotations
 
-from hermes_nb import home
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import ConfigError
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.protocol.metrics import MetricsRow
+from hermes_nb.protocol.run_layout import RunPaths
 from hermes_nb.runs.state import RunStateUnreadable, read_run_state
+from hermes_nb.system import home
 
 # A chain longer than this is a cycle in damaged files, not a real history of resumes.
 MAX_CHAIN = 100
@@ -24,8 +25,9 @@ def predecessors(run_id: str) -> list[tuple[str, int]]:
     current = run_id
     while len(chain) < MAX_CHAIN:
         try:
-            previous = read_run_state(home.run_dir(current)).resumed_from
-            start_step = RunConfig.load(home.run_dir(current) / "config.yaml").infra.start_step
+            paths = RunPaths.for_run(current)
+            previous = read_run_state(paths.run_dir).resumed_from
+            start_step = RunConfig.load(paths.config).infra.start_step
         except (RunStateUnreadable, ConfigError):
             break
         if not previous or not home.run_dir(previous).is_dir():

@@ -6,14 +6,16 @@ that notices marks the run failed, names the cause, and ends whatever of the run
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import psutil
 
-from hermes_nb.logtail import tail_lines
-from hermes_nb.runs import processes
-from hermes_nb.runs.layout import RunPaths
+from hermes_nb.protocol.run_layout import RunPaths
 from hermes_nb.runs.state import ProcessRecord, RunState, read_run_state, write_run_state
+from hermes_nb.system import processes
+from hermes_nb.system.disk import DiskFullError
+from hermes_nb.system.logtail import tail_lines
 
 # The supervisor records itself a fraction of a second after launch; past this it never started.
 SUPERVISOR_APPEAR_TIMEOUT = 30.0
@@ -74,5 +76,7 @@ def reconcile(paths: RunPaths, state: RunState, *, final_status: str = "failed")
             "failed_process": None if final_status == "stopped" else "supervisor",
         }
     )
-    write_run_state(paths.run_dir, updated)
+    # On a full disk the next reader finds the same and tries again; this one still answers with the truth.
+    with contextlib.suppress(DiskFullError):
+        write_run_state(paths.run_dir, updated)
     return updated

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import difflib
 
-from hermes_nb import home
 from hermes_nb.errors import UnknownRunError
-from hermes_nb.runs.layout import RunPaths
-from hermes_nb.runs.state import RUN_STATE_FILE, RunState, RunStateUnreadable, read_run_state
+from hermes_nb.protocol.run_layout import RUN_STATE_FILE, RunPaths
+from hermes_nb.runs.state import RunState, RunStateUnreadable, read_run_state
+from hermes_nb.system import home
 
 
 def known_run_ids() -> list[str]:

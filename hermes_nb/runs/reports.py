@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from hermes_nb.protocol.checkpoints import CheckpointRecord
+from hermes_nb.protocol.tinker import TinkerRunInfo
 from hermes_nb.results import Result, _table
+from hermes_nb.runs.damage import Damage
+from hermes_nb.runs.state import TERMINAL_STATUSES
 
 ProcessStateName = Literal["running", "exited", "not started"]
 
@@ -42,6 +46,17 @@ def _fmt(value: float | None, percent: bool = False) -> str:
     return f"{100 * value:.1f}%" if percent else f"{value:.4g}"
 
 
+def _damage_lines(damaged: list[Damage]) -> list[str]:
+    return [f"  damaged: {damage}" for damage in damaged]
+
+
+def _damage_html(damaged: list[Damage]) -> str:
+    if not damaged:
+        return ""
+    items = "".join(f"<li>{html.escape(str(damage))}</li>" for damage in damaged)
+    return f"<div style='color:#a50'><b>damaged:</b><ul>{items}</ul></div>"
+
+
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "–"
@@ -59,6 +74,8 @@ class StartResult(Result):
     wandb_project: str
     wandb_run_name: str
     total_steps: int
+    # What is wrong with the files of the run this one resumes (the checkpoint chosen takes it into account).
+    damaged: list[Damage] = Field(default_factory=list)
 
     def _dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +91,7 @@ class StartResult(Result):
             f"  run directory: {self.run_dir}",
             *(f"  {name} log: {path}" for name, path in self.logs.items()),
             f"  W&B: {self.wandb_project}/{self.wandb_run_name}",
+            *_damage_lines(self.damaged),
         ]
 
 
@@ -95,10 +113,41 @@ class RunStatus(Result):
     error: str | None = None
     failed_process: str | None = None
     log_tail: list[str] = Field(default_factory=list)
+    # What is wrong with the run's files; everything above was read from what could be read.
+    damaged: list[Damage] = Field(default_factory=list)
+    # Groups the environment lost to its faults so far (skipped; each logged with its item in the env log).
+    env_failed_groups: int = 0
+    env_timeouts: int = 0
+    # The remote side of a run on the Tinker backend (None for a local run).
+    tinker: TinkerRunInfo | None = None
+    # While the run is live: working URLs of its inference server (OpenAI base URL) and trajectory API, with the
+    # run's secret as their capability prefix (``hermes_nb.protocol.auth``). Every shown form hides the secret
+    # (``***``); the attributes hold it, e.g. ``openai.OpenAI(base_url=status.inference_url, api_key="-")``.
+    inference_url: str | None = None
+    api_url: str | None = None
 
     @property
     def is_terminal(self) -> bool:
-        return self.status in ("stopped", "completed", "failed")
+        return self.status in TERMINAL_STATUSES
+
+    def _tinker_text(self) -> str | None:
+        t = self.tinker
+        if t is None:
+            return None
+        faults = f", {t.retries} retries" + (f" ({t.rate_limited} rate-limited)" if t.rate_limited else "")
+        last = f", last error: {t.last_error}" if t.last_error else ""
+        return (
+            f"{t.base_model} LoRA rank {t.lora_rank} at {t.base_url}: {t.tokens_trained} tokens trained, "
+            f"{t.tokens_sampled} sampled{faults}{last}"
+        )
+
+    def _faults_text(self) -> str | None:
+        if not (self.env_failed_groups or self.env_timeouts):
+            return None
+        return (
+            f"{self.env_failed_groups} failed groups, {self.env_timeouts} timed out "
+            f"(skipped; each is in the env log: {self.logs.get('env', 'env log')})"
+        )
 
     def _dict(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")
@@ -115,14 +164,25 @@ class RunStatus(Result):
             f"ETA {_duration(self.eta_seconds)}",
             f"  reward {_fmt(m.reward_mean)}, correct {_fmt(m.percent_correct, True)}, "
             f"eval {_fmt(m.eval_percent_correct, True)}, loss {_fmt(m.loss)}",
-            "  processes: "
-            + ", ".join(f"{p.name} {p.state}" + (f" ({p.exit_code})" if p.exit_code else "") for p in self.processes),
         ]
+        if self.processes:
+            lines.append(
+                "  processes: "
+                + ", ".join(
+                    f"{p.name} {p.state}" + (f" ({p.exit_code})" if p.exit_code else "") for p in self.processes
+                )
+            )
         if self.checkpoints:
             lines.append(f"  last checkpoint: {self.checkpoints[-1].path}")
+        if self.inference_url:
+            lines.append(f"  inference server: {self.inference_url} (status.inference_url holds the secret)")
+        if (faults := self._faults_text()) is not None:
+            lines.append(f"  environment faults: {faults}")
+        if (remote := self._tinker_text()) is not None:
+            lines.append(f"  Tinker: {remote}")
         if self.error:
             lines.append(f"  error: {self.error}")
-        return lines
+        return lines + _damage_lines(self.damaged)
 
     def _html_body(self) -> str:
         m = self.metrics
@@ -140,8 +200,12 @@ class RunStatus(Result):
                 for p in self.processes
             ],
         ]
+        if (faults := self._faults_text()) is not None:
+            rows.append(["environment faults", faults])
+        if (remote := self._tinker_text()) is not None:
+            rows.append(["Tinker", remote])
         error = f"<pre style='color:#b00'>{self.error}</pre>" if self.error else ""
-        return f"<p>{head}</p>{_table(['', ''], rows)}{error}"
+        return f"<p>{head}</p>{_table(['', ''], rows)}{error}{_damage_html(self.damaged)}"
 
 
 class StopResult(Result):
@@ -173,6 +237,7 @@ class RunSummary(BaseModel):
     created_at: float
     step: int = 0
     total_steps: int
+    damaged: list[Damage] = Field(default_factory=list)
 
 
 class RunList(Result):
@@ -183,12 +248,17 @@ class RunList(Result):
 
     def _text_lines(self) -> list[str]:
         lines = [f"{len(self.runs)} run(s):"]
-        lines += [f"  {r.run_id}  {r.environment:<16} {r.status:<10} {r.step}/{r.total_steps}" for r in self.runs]
+        for r in self.runs:
+            lines.append(f"  {r.run_id}  {r.environment:<16} {r.status:<10} {r.step}/{r.total_steps}")
+            lines += [f"  {'':<26}  damaged: {damage}" for damage in r.damaged]
         return lines
 
     def _html_body(self) -> str:
-        rows = [[r.run_id, r.environment, r.status, f"{r.step}/{r.total_steps}"] for r in self.runs]
-        return _table(["run", "environment", "status", "step"], rows)
+        rows = [
+            [r.run_id, r.environment, r.status, f"{r.step}/{r.total_steps}", "; ".join(str(d) for d in r.damaged)]
+            for r in self.runs
+        ]
+        return _table(["run", "environment", "status", "step", "damaged"], rows)
 
 
 class RunResults(Result):
@@ -202,6 +272,8 @@ class RunResults(Result):
     checkpoints: list[CheckpointRecord] = Field(default_factory=list)
     final_weights_path: str | None = None
     wandb_url: str | None = None
+    # What is wrong with the run's files; the history and checkpoints above are what could be read.
+    damaged: list[Damage] = Field(default_factory=list)
 
     def _text_lines(self) -> list[str]:
         lines = [f"Run {self.run_id} ({self.environment}): {self.status}, {len(self.history)} steps logged"]
@@ -210,7 +282,7 @@ class RunResults(Result):
         lines.append(f"  final weights: {self.final_weights_path or '–'}")
         if self.wandb_url:
             lines.append(f"  W&B: {self.wandb_url}")
-        return lines
+        return lines + _damage_lines(self.damaged)
 
 
 class LogTail(Result):

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import time
 
-from hermes_nb.logtail import tail_lines
-from hermes_nb.metrics.reader import read_all_metrics
+from hermes_nb.metrics.reader import read_metrics_file
 from hermes_nb.protocol import metrics as keys
-from hermes_nb.protocol.checkpoints import read_checkpoints
+from hermes_nb.protocol.auth import capability_url
+from hermes_nb.protocol.checkpoints import read_checkpoint_index
 from hermes_nb.protocol.metrics import MetricsRow
-from hermes_nb.runs import processes
-from hermes_nb.runs.layout import PROCESS_NAMES, RunPaths
-from hermes_nb.runs.reconcile import reconcile
-from hermes_nb.runs.registry import load_state, resolve_run
+from hermes_nb.protocol.run_layout import PROCESS_NAMES, RunPaths
+from hermes_nb.protocol.tinker import read_run_info
+from hermes_nb.runs.damage import Damage, current_state, file_damage
+from hermes_nb.runs.registry import resolve_run
 from hermes_nb.runs.reports import LatestMetrics, ProcessStatus, RunStatus
 from hermes_nb.runs.state import RunState
 from hermes_nb.runs.wandb_remote import remote_summary
+from hermes_nb.system import processes
+from hermes_nb.system.logtail import tail_lines
+from hermes_nb.system.net import LOOPBACK
+from hermes_nb.system.secrets import read_run_secret
 
 FAILURE_LOG_LINES = 30
 
@@ -59,6 +63,13 @@ def latest_metrics(trainer_rows: list[MetricsRow], env_rows: list[MetricsRow]) -
     )
 
 
+def env_fault_totals(env_rows: list[MetricsRow]) -> tuple[int, int]:
+    """Failed groups and timed-out calls of the environment over the whole run (its rows count since the last)."""
+    failed = sum(row.values.get(keys.ENV_GROUPS_FAILED, 0.0) for row in env_rows)
+    timeouts = sum(row.values.get(keys.ENV_TIMEOUTS, 0.0) for row in env_rows)
+    return int(failed), int(timeouts)
+
+
 def eta_seconds(state: RunState, rows: list[MetricsRow]) -> float | None:
     """Remaining steps times the mean step time over the last (up to) 20 steps."""
     if state.is_terminal or len(rows) < 2:
@@ -74,11 +85,30 @@ def running_seconds(state: RunState) -> float | None:
     return (state.ended_at or time.time()) - state.started_at
 
 
-def build_status(paths: RunPaths, state: RunState) -> RunStatus:
-    trainer_rows = read_all_metrics(paths.metrics)
-    env_rows = read_all_metrics(paths.env_metrics)
+def run_urls(paths: RunPaths, state: RunState) -> tuple[str | None, str | None]:
+    """The live run's inference (OpenAI base) and trajectory API URLs in their working form: capability URLs with
+    the run's secret. None once the run has ended (nothing listens), and for a part the run does not serve."""
+    if state.is_terminal:
+        return None, None
+    secret = read_run_secret(paths.run_dir)
+    inference = f"http://{LOOPBACK}:{state.inference_port}/v1" if state.inference_port else None
+    api = f"http://{LOOPBACK}:{state.api_port}" if state.api_port else None
+    return (
+        capability_url(inference, secret) if inference else None,
+        capability_url(api, secret) if api else None,
+    )
+
+
+def build_status(paths: RunPaths, state: RunState, damaged: list[Damage] | None = None) -> RunStatus:
+    """The status from the run's files; ``damaged``: what is already known to be wrong (an unreadable run.json)."""
+    trainer_read, env_read = read_metrics_file(paths.metrics), read_metrics_file(paths.env_metrics)
+    trainer_rows, env_rows = trainer_read.rows, env_read.rows
+    index = read_checkpoint_index(paths.checkpoints_index)
+    found = file_damage(paths, ended=state.is_terminal, trainer=trainer_read, env=env_read, index=index)
     failed_log = paths.logs.get(state.failed_process or "")
     tail = tail_lines(failed_log, FAILURE_LOG_LINES) if state.status == "failed" and failed_log else []
+    failed_groups, timeouts = env_fault_totals(env_rows)
+    inference_url, api_url = run_urls(paths, state)
     return RunStatus(
         run_id=state.run_id,
         environment=state.environment,
@@ -88,8 +118,9 @@ def build_status(paths: RunPaths, state: RunState) -> RunStatus:
         total_steps=state.total_steps,
         eta_seconds=eta_seconds(state, trainer_rows),
         metrics=latest_metrics(trainer_rows, env_rows),
-        processes=process_statuses(state),
-        checkpoints=read_checkpoints(paths.checkpoints_index),
+        # A run shown from its other files (run.json unreadable) has no process records to show.
+        processes=[] if damaged else process_statuses(state),
+        checkpoints=index.existing,
         logs={name: str(path) for name, path in paths.logs.items()},
         wandb_project=state.wandb_project,
         wandb_run_name=state.wandb_run_name,
@@ -97,10 +128,16 @@ def build_status(paths: RunPaths, state: RunState) -> RunStatus:
         error=state.error,
         failed_process=state.failed_process,
         log_tail=tail,
+        env_failed_groups=failed_groups,
+        env_timeouts=timeouts,
+        tinker=read_run_info(paths.run_dir),
+        damaged=(damaged or []) + found,
+        inference_url=inference_url,
+        api_url=api_url,
     )
 
 
 def check_status(run_id: str | None) -> RunStatus:
     paths = resolve_run(run_id)  # an unknown id fails here, before any W&B window is used
-    state = reconcile(paths, load_state(paths))
-    return build_status(paths, state)
+    state, damaged = current_state(paths)
+    return build_status(paths, state, damaged)

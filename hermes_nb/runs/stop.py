@@ -7,15 +7,14 @@ import time
 
 from hermes_nb.errors import RunStateError
 from hermes_nb.protocol.checkpoints import read_checkpoints
-from hermes_nb.runs import processes
-from hermes_nb.runs.layout import RunPaths
+from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.runs import graces
 from hermes_nb.runs.reconcile import reconcile
 from hermes_nb.runs.registry import load_state, resolve_run
 from hermes_nb.runs.reports import StopResult
 from hermes_nb.runs.state import RunState
+from hermes_nb.system import processes
 
-# The supervisor gives the trainer up to 120 s for its final checkpoint, then 10 s to the others.
-STOP_WAIT_SECONDS = 150.0
 # The supervisor writes the terminal state as its last act; its own exit follows within milliseconds.
 SUPERVISOR_EXIT_WAIT_SECONDS = 10.0
 POLL_SECONDS = 0.1
@@ -56,10 +55,9 @@ def stop_run(run_id: str | None, *, wait: bool = True) -> StopResult:
         processes.send_signal(supervisor, signal.SIGTERM)
     if not wait:
         return StopResult(run_id=state.run_id, status="stopping", final_checkpoint=None)
-    state = _wait_terminal(paths, STOP_WAIT_SECONDS)
+    timeout = graces.stop_wait_seconds()
+    state = _wait_terminal(paths, timeout)
     if not state.is_terminal:
-        raise RunStateError(
-            f"run {state.run_id} did not stop within {STOP_WAIT_SECONDS:.0f} s; see {paths.logs['supervisor']}"
-        )
+        raise RunStateError(f"run {state.run_id} did not stop within {timeout:.0f} s; see {paths.logs['supervisor']}")
     _wait_supervisor_exit(state, SUPERVISOR_EXIT_WAIT_SECONDS)
     return StopResult(run_id=state.run_id, status=state.status, final_checkpoint=_final_checkpoint(paths))

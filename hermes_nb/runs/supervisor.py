@@ -22,13 +22,19 @@ from dataclasses import dataclass, field
 import httpx
 import psutil
 
+from hermes_nb.atropos import serve as atropos_serve
 from hermes_nb.config import RunConfig
-from hermes_nb.logtail import tail_lines
-from hermes_nb.net import LOOPBACK
-from hermes_nb.runs import processes
-from hermes_nb.runs.layout import RunPaths
+from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV, bearer_headers
+from hermes_nb.protocol.run_layout import PROCESS_NAMES, RunPaths
+from hermes_nb.runs import external_api, graces
 from hermes_nb.runs.outcomes import Launched, LaunchFailed, LaunchOutcome, StopRequested
+from hermes_nb.runs.ports import PORT_BINDERS, pick_ports, with_ports
 from hermes_nb.runs.state import ProcessRecord, RunState, read_run_state, write_run_state
+from hermes_nb.system import disk, processes
+from hermes_nb.system.logtail import tail_lines
+from hermes_nb.system.net import LOOPBACK
+from hermes_nb.system.secrets import read_run_secret
+from hermes_nb.trajectory_api.client import ApiReadiness, SyncTrajectoryClient, TrajectoryAPIError
 
 log = logging.getLogger("hermes_nb.supervisor")
 
@@ -38,18 +44,31 @@ TRAINER_START_TIMEOUT = 240.0
 ENV_START_TIMEOUT = 90.0
 POLL_SECONDS = 0.05
 MONITOR_SECONDS = 0.1
-# The trainer saves a final checkpoint on SIGTERM; a tiny model takes well under a second, a big one longer.
-TRAINER_STOP_GRACE = 120.0
-PEER_STOP_GRACE = 10.0
 # After the trainer completes, the environment runs its final evaluation and exits by itself.
 ENV_FINISH_GRACE = 60.0
 LOG_TAIL_LINES = 20
+# A local /health answers in milliseconds; start-up polls every POLL_SECONDS and must not hang on one answer.
+HEALTH_TIMEOUT_S = 1.0
+# An external API is already running when the run starts (the launcher checked that it answers); this covers
+# one that was started a moment before the run, and nothing longer: a wrong address should fail fast.
+EXTERNAL_API_TIMEOUT = 10.0
+# During the run an external API is probed each second; this long without an answer and the run fails naming
+# it. A loaded machine can stall an API for a second or two (run-api serialises a large batch on its event
+# loop); the trainer, whose next request fails at once, usually names a vanished API sooner than this.
+EXTERNAL_API_GRACE = 10.0
+# A port picked free can be taken by another process before the child binds it (hermes_nb.system.net); the run
+# then starts again on new ports. Each retry needs another such race, so a few attempts are plenty.
+PORT_ATTEMPTS = 3
+# What uvicorn and Python's OSError both say of EADDRINUSE (lower-cased).
+PORT_IN_USE = "address already in use"
 
 
 @dataclass
 class Child:
     record: ProcessRecord
     popen: subprocess.Popen[bytes]
+    # Where this launch's output starts in its log: a log is appended to when the run starts again on new ports.
+    log_offset: int = 0
 
     def exit_code(self) -> int | None:
         return self.popen.poll()
@@ -63,6 +82,14 @@ class Supervisor:
     children: dict[str, Child] = field(default_factory=dict)
     stop_requested: bool = False
     seen_descendants: dict[int, psutil.Process] = field(default_factory=dict)
+    # One client for the run's API, kept across polls (it remembers that a run-api has no /health).
+    api: SyncTrajectoryClient | None = field(default=None, repr=False)
+    # Environments the API counted before this run's own registered (an external API may have others).
+    envs_before: int = 0
+    # Since when an external API has failed the watch's probes (None: it answered last time).
+    api_lost_since: float | None = None
+    # The run's secret (``protocol.auth``): its children get it in their environment, its polls send it.
+    secret: str | None = field(default=None, repr=False)
 
     # ---- state -------------------------------------------------------------------------------------------
     def save(self) -> None:
@@ -78,8 +105,10 @@ class Supervisor:
 
     # ---- launching ---------------------------------------------------------------------------------------
     def launch(self, name: str, argv: list[str]) -> Child:
-        popen, record = processes.spawn(name, argv, self.paths.logs[name], env=child_environment())
-        child = Child(record=record, popen=popen)
+        log_path = self.paths.logs[name]
+        offset = log_path.stat().st_size if log_path.is_file() else 0
+        popen, record = processes.spawn(name, argv, log_path, env=self.environment_for(name))
+        child = Child(record=record, popen=popen, log_offset=offset)
         self.children[name] = child
         self.state.processes[name] = record
         self.save()
@@ -107,7 +136,23 @@ class Supervisor:
             cause = f"{processes.describe_exit(code)} {cause}"
         log_path = self.paths.logs[name]
         tail = tail_lines(log_path, LOG_TAIL_LINES)
-        return LaunchFailed(process=name, cause=cause, log_path=str(log_path), log_tail=tail)
+        full = disk.disk_full_cause(code, tail)
+        if full is not None:  # named first: it is what the user has to fix before resuming
+            cause = f"failed: {full}; free some space, then resume the run from its last checkpoint ({cause})"
+        failed = LaunchFailed(process=name, cause=cause, log_path=str(log_path), log_tail=tail)
+        return self.blame_external_api(failed)
+
+    def blame_external_api(self, failed: LaunchFailed) -> LaunchFailed:
+        """When the run trains from an external API that went away (or forgot the trainer), that is the cause of
+        whatever failed, and the failure names it; the process that noticed it, and its log, follow."""
+        url = external_api.external_url(self.config)
+        if url is None:
+            return failed
+        gone = external_api.gone_reason(url, trainer_registered=self.state.status == "running")
+        if gone is None:
+            return failed
+        cause = f"(external, {url}) {gone}; {failed.process} {failed.cause}"
+        return failed.model_copy(update={"process": "api", "cause": cause})
 
     def first_dead_child(self) -> str | None:
         for name, child in self.children.items():
@@ -115,10 +160,31 @@ class Supervisor:
                 return name
         return None
 
+    def environment_for(self, name: str) -> dict[str, str]:
+        base = {k: v for k, v in processes.child_environment().items() if k not in (SECRET_ENV, API_SECRET_ENV)}
+        if self.secret:
+            base[SECRET_ENV] = self.secret
+        if api_secret := self.api_secret():
+            base[API_SECRET_ENV] = api_secret
+        if name == "env" and self.runs_atroposlib():
+            return atropos_serve.serve_environment(self.config, base)
+        return base
+
+    def api_secret(self) -> str | None:
+        """The secret for the run's trajectory API: none for an external API, which is not ours."""
+        return None if external_api.external_url(self.config) is not None else self.secret
+
+    def runs_atroposlib(self) -> bool:
+        """Whether the environment is an atroposlib one: served by atroposlib's CLI in the environment Python."""
+        return self.config.environment is not None and self.config.environment.framework == "atroposlib"
+
     def argv_for(self, name: str) -> list[str]:
         infra, config_path = self.config.infra, str(self.paths.config)
         env_ref = self.config.environment
         assert env_ref is not None  # the launcher refuses to start without one
+        if name == "env" and self.runs_atroposlib():
+            # Writes its settings for these ports (the secret too: atroposlib takes only URLs and keys).
+            return atropos_serve.serve_argv(self.config, self.paths, self.secret, self.api_secret())
         return {
             "api": [
                 sys.executable,
@@ -128,6 +194,8 @@ class Supervisor:
                 LOOPBACK,
                 "--port",
                 str(infra.api_port),
+                "--max-queued-sequences",
+                str(self.config.max_queued_sequences()),
             ],
             "trainer": [sys.executable, "-m", "hermes_nb.trainer", "--config", config_path],
             "env": [
@@ -149,25 +217,122 @@ class Supervisor:
         seconds) overlap instead of adding up. The readiness checks still pass in order, and a process that dies
         while an earlier one is coming up is named as the failure.
         """
-        infra = self.config.infra
-        api_url, inference_url = infra.api_url or "", infra.inference_url or ""
-        for name in ("api", "trainer", "env"):
+        inference_url = self.config.infra.inference_url or ""
+        if external_api.external_url(self.config) is not None:
+            outcome = self.check_external_api()
+            if not isinstance(outcome, Launched):
+                return outcome
+        names = self.process_names()
+        for name in names:
             self.launch(name, self.argv_for(name))
         waits: list[tuple[str, Callable[[], bool], float, str]] = [
-            ("api", lambda: api_health(api_url) is not None, API_START_TIMEOUT, "API /health"),
+            ("api", lambda: self.api_readiness() is not None, API_START_TIMEOUT, "the API's /status"),
             (
                 "trainer",
-                lambda: inference_healthy(inference_url) and registered(api_url, "trainer_registered"),
+                lambda: inference_healthy(inference_url, self.secret) and self.trainer_registered(),
                 TRAINER_START_TIMEOUT,
                 "the inference server's /health and the trainer's registration",
             ),
-            ("env", lambda: registered(api_url, "num_envs"), ENV_START_TIMEOUT, "the environment's registration"),
+            ("env", self.env_registered, ENV_START_TIMEOUT, "the environment's registration"),
         ]
-        for name, ready, timeout, what in waits:
+        for name, ready, timeout, what in [w for w in waits if w[0] in names]:
             outcome = self.wait_until(name, ready, timeout, what)
             if not isinstance(outcome, Launched):
                 return outcome
         return Launched()
+
+    def process_names(self) -> list[str]:
+        """The processes this run starts: no API when it trains from an external one, no environment when
+        environments started elsewhere feed that API (``trainer.start_environment``)."""
+        skip = set()
+        if external_api.external_url(self.config) is not None:
+            skip.add("api")
+        if not self.config.trainer.start_environment:
+            skip.add("env")
+        return [name for name in PROCESS_NAMES if name not in skip]
+
+    def check_external_api(self) -> LaunchOutcome:
+        """The external API answers (waiting briefly) and can serve this run from its start step; it is never
+        started, stopped or signalled by the run."""
+        url = external_api.external_url(self.config) or ""
+        deadline = time.monotonic() + EXTERNAL_API_TIMEOUT
+        while (ready := self.api_readiness()) is None and time.monotonic() < deadline and not self.stop_requested:
+            time.sleep(POLL_SECONDS)
+        if self.stop_requested:
+            return StopRequested()
+        if ready is None:
+            reason = external_api.gone_reason(url, trainer_registered=False) or "did not answer"
+            return self.external_api_failure(url, f"{reason} (waited {EXTERNAL_API_TIMEOUT:.0f} s)")
+        mismatch = external_api.shape_mismatch(self.config, url, ready)
+        if mismatch is not None:
+            return self.external_api_failure(url, mismatch)
+        self.envs_before = ready.num_envs or 0
+        log.info("training from the external trajectory API at %s (step %d)", url, ready.current_step)
+        return Launched()
+
+    def external_api_failure(self, url: str, cause: str) -> LaunchFailed:
+        log_path = self.paths.logs["supervisor"]  # the run has no log of an API it did not start
+        return LaunchFailed(process="api", cause=f"(external, {url}) {cause}", log_path=str(log_path), log_tail=[])
+
+    def api_readiness(self) -> ApiReadiness | None:
+        """The run's API (its own or the external one), or ``None`` while it cannot answer."""
+        url = (self.config.infra.api_url or "").rstrip("/")
+        if self.api is None or self.api.base_url != url:
+            if self.api is not None:
+                self.api.close()  # the run moved to new ports
+            self.api = SyncTrajectoryClient(url, timeout=HEALTH_TIMEOUT_S, secret=self.api_secret())
+        return self.api.readiness_or_none()
+
+    def trainer_registered(self) -> bool:
+        # An external API that already had this run's trainer registered (a resumed run) says so before this
+        # trainer registers again; its inference server's /health, checked beside this, still waits for the model.
+        ready = self.api_readiness()
+        return ready is not None and ready.trainer_registered
+
+    def env_registered(self) -> bool:
+        """The environment registered. An API without ``/health`` (a run-api) cannot tell: the environment then
+        counts as up once it runs, and its failures are caught by its exit, as during the run."""
+        ready = self.api_readiness()
+        if ready is None:
+            return False
+        if ready.num_envs is None:
+            log.info("the trajectory API cannot report registrations (no /health); the environment is watched")
+            return True
+        return ready.num_envs > self.envs_before
+
+    def start_on_free_ports(self) -> LaunchOutcome:
+        """``start_all``; once more on new ports (up to ``PORT_ATTEMPTS`` in all) while a process exits because
+        its port was taken between the moment it was picked and the moment the process bound it."""
+        for _ in range(PORT_ATTEMPTS - 1):
+            outcome = self.start_all()
+            if not (isinstance(outcome, LaunchFailed) and self.port_was_taken(outcome.process)):
+                return outcome
+            log.warning("%s: its port was taken before it could bind it; starting again on new ports", outcome.process)
+            self.shut_down(list(self.children), graces.PEER_STOP_GRACE)
+            if self.stop_requested:
+                return StopRequested()
+            self.move_to_new_ports()
+        return self.start_all()
+
+    def port_was_taken(self, name: str) -> bool:
+        """Whether ``name`` exited because another process held its port (its output since launch says so)."""
+        child = self.children.get(name)
+        if name not in PORT_BINDERS or child is None or child.exit_code() is None:
+            return False
+        with open(self.paths.logs[name], "rb") as log_file:
+            log_file.seek(child.log_offset)
+            output = log_file.read().decode("utf-8", errors="replace")
+        return PORT_IN_USE in output.lower()
+
+    def move_to_new_ports(self) -> None:
+        """New free ports, in config.yaml (every process of the run reads its URLs there) and in run.json."""
+        api_port, inference_port = pick_ports()
+        self.config = with_ports(self.config, api_port, inference_port)
+        # Loaded from the config.yaml the launcher wrote with every key redacted, so this writes no key either.
+        self.config.save(self.paths.config)
+        self.state = self.state.model_copy(update={"api_port": api_port, "inference_port": inference_port})
+        self.save()
+        log.info("new ports: API %d, inference %d", api_port, inference_port)
 
     # ---- watching ----------------------------------------------------------------------------------------
     def watch(self) -> None:
@@ -187,8 +352,30 @@ class Supervisor:
                 return
             if time.monotonic() - last_sweep > 1.0:
                 self.remember_descendants()
+                lost = self.external_api_lost()
+                if lost is not None:
+                    self.fail(lost)
+                    return
                 last_sweep = time.monotonic()
             time.sleep(MONITOR_SECONDS)
+
+    def external_api_lost(self) -> LaunchFailed | None:
+        """The failure to record once an external API has stopped answering, or forgotten the trainer, for
+        ``EXTERNAL_API_GRACE`` seconds; ``None`` while it serves (or for a short hiccup). The trainer and the
+        environment notice only at their next request, which a long training step can put off for minutes."""
+        url = external_api.external_url(self.config)
+        if url is None:
+            return None
+        ready = self.api_readiness()
+        if ready is not None and ready.trainer_registered:
+            self.api_lost_since = None
+            return None
+        now = time.monotonic()
+        self.api_lost_since = self.api_lost_since or now
+        if now - self.api_lost_since < EXTERNAL_API_GRACE:
+            return None
+        reason = external_api.gone_reason(url, trainer_registered=True) or "stopped answering"
+        return self.external_api_failure(url, f"{reason} while the run was going on")
 
     def dead_unexpectedly(self) -> str | None:
         for name, child in self.children.items():
@@ -196,7 +383,11 @@ class Supervisor:
             if code is None:
                 continue
             # The environment exits 0 by itself once the trainer has been served its last batch.
-            if name == "env" and code == 0 and api_current_step(self.config) >= self.state.total_steps:
+            if (
+                name == "env"
+                and code == 0
+                and api_current_step(self.config, self.api_secret()) >= self.state.total_steps
+            ):
                 continue
             return name
         return None
@@ -237,7 +428,7 @@ class Supervisor:
             deadline = time.monotonic() + ENV_FINISH_GRACE
             while env.exit_code() is None and time.monotonic() < deadline and not self.stop_requested:
                 time.sleep(MONITOR_SECONDS)
-        self.shut_down(["env", "api"], PEER_STOP_GRACE)
+        self.shut_down(["env", "api"], graces.PEER_STOP_GRACE)
         self.record_exits()
         self.set_status("completed", ended_at=time.time())
 
@@ -249,10 +440,10 @@ class Supervisor:
             # The trainer alone first: it saves a final checkpoint, then its helpers may go.
             trainer.popen.send_signal(signal.SIGTERM)
             try:
-                trainer.popen.wait(timeout=TRAINER_STOP_GRACE)
+                trainer.popen.wait(timeout=graces.TRAINER_STOP_GRACE)
             except subprocess.TimeoutExpired:
-                log.warning("trainer did not stop within %.0f s; killing it", TRAINER_STOP_GRACE)
-        self.shut_down(list(self.children), PEER_STOP_GRACE)
+                log.warning("trainer did not stop within %.0f s; killing it", graces.TRAINER_STOP_GRACE)
+        self.shut_down(list(self.children), graces.PEER_STOP_GRACE)
         self.record_exits()
         self.set_status("stopped", ended_at=time.time())
 
@@ -261,7 +452,7 @@ class Supervisor:
         log.error("run failed: %s %s (log %s)", failure.process, failure.cause, failure.log_path)
         self.record_exits()
         self.set_status("failed", ended_at=time.time(), error=failure.message(), failed_process=failure.process)
-        self.shut_down(list(self.children), PEER_STOP_GRACE)
+        self.shut_down(list(self.children), graces.PEER_STOP_GRACE)
         self.record_exits()
         self.save()
 
@@ -269,7 +460,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self.on_sigterm)
         signal.signal(signal.SIGINT, self.on_sigterm)
         try:
-            outcome = self.start_all()
+            outcome = self.start_on_free_ports()
             if isinstance(outcome, StopRequested):
                 self.stop()
                 return 0
@@ -289,17 +480,18 @@ class Supervisor:
                 )
             )
             return 1
+        finally:
+            self.close_api()
+
+    def close_api(self) -> None:
+        if self.api is not None:
+            self.api.close()
+            self.api = None
 
 
-def child_environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _get_json(url: str) -> dict[str, object] | None:
+def _get_json(url: str, secret: str | None = None) -> dict[str, object] | None:
     try:
-        response = httpx.get(url, timeout=1.0)
+        response = httpx.get(url, timeout=HEALTH_TIMEOUT_S, headers=bearer_headers(secret))
     except httpx.HTTPError:
         return None
     if response.status_code != 200:
@@ -311,23 +503,18 @@ def _get_json(url: str) -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
-def api_health(api_url: str) -> dict[str, object] | None:
-    return _get_json(f"{api_url}/health")
+def inference_healthy(inference_url: str, secret: str | None = None) -> bool:
+    return _get_json(f"{inference_url}/health", secret) is not None
 
 
-def registered(api_url: str, key: str) -> bool:
-    health = api_health(api_url)
-    return bool(health and health.get(key))
-
-
-def inference_healthy(inference_url: str) -> bool:
-    return _get_json(f"{inference_url}/health") is not None
-
-
-def api_current_step(config: RunConfig) -> int:
-    health = api_health(config.infra.api_url or "")
-    step = health.get("current_step") if health else None
-    return step if isinstance(step, int) else -1
+def api_current_step(config: RunConfig, secret: str | None = None) -> int:
+    """The API's step from ``/status``, which every Atropos API answers (run-api has no ``/health``); -1 when
+    the API cannot answer."""
+    with SyncTrajectoryClient(config.infra.api_url or "", timeout=HEALTH_TIMEOUT_S, secret=secret) as api:
+        try:
+            return api.status().current_step
+        except TrajectoryAPIError:
+            return -1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     state.processes["supervisor"] = ProcessRecord(
         name="supervisor", pid=me.pid, started_at=me.create_time(), log_path=str(paths.logs["supervisor"])
     )
-    supervisor = Supervisor(paths=paths, config=config, state=state)
+    supervisor = Supervisor(paths=paths, config=config, state=state, secret=read_run_secret(paths.run_dir))
     supervisor.save()
     return supervisor.run()
 

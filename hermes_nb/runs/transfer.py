@@ -13,11 +13,13 @@ from typing import Any
 
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import TransferError, UnknownRunError
-from hermes_nb.protocol.checkpoints import TRAINER_STATE_FILE, CheckpointRecord, read_checkpoints
-from hermes_nb.runs.layout import RunPaths
-from hermes_nb.runs.registry import known_run_ids, load_state, resolve_run
+from hermes_nb.protocol.checkpoints import CheckpointRecord, read_checkpoints
+from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE, RunPaths
+from hermes_nb.runs.damage import Damage, current_state, file_damage
+from hermes_nb.runs.registry import known_run_ids, resolve_run
 
-RESUMABLE_STATUSES = ("stopped", "failed", "completed")
+# "unknown": run.json cannot be read and no process of the run is running (hermes_nb.runs.damage).
+RESUMABLE_STATUSES = ("stopped", "failed", "completed", "unknown")
 BEST_SUFFIX = "@best"
 # Architecture fields that must agree for weights of one model to load into another's shape.
 _SHAPE_KEYS = (
@@ -47,15 +49,24 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def resume_point(run_id: str, total_steps: int) -> tuple[str, int]:
-    """The last checkpoint of a finished run that has optimizer state, and its step."""
+    """The last checkpoint of a finished run that has optimizer state, and its step.
+
+    Damaged files do not stop a resume: a checkpoint whose directory or trainer state is gone, or whose line in
+    ``checkpoints.jsonl`` was cut short, is passed over for the one before it (``resume_damage`` says so)."""
     paths = _run_paths("trainer.resume_from", run_id)
-    state = load_state(paths)
+    state, damaged = current_state(paths)
     if state.status not in RESUMABLE_STATUSES:
+        supervisor = state.processes.get("supervisor")
+        if damaged and supervisor is not None:
+            raise TransferError(
+                f"trainer.resume_from: run {run_id} is still running (its supervisor, pid {supervisor.pid}) and "
+                f"its run.json cannot be read, so it cannot be stopped from here; end pid {supervisor.pid} first"
+            )
         raise TransferError(
             f"trainer.resume_from: run {run_id} is {state.status}; stop it first (only a stopped, failed or "
             "completed run can be resumed)"
         )
-    usable = [c for c in read_checkpoints(paths.checkpoints_index) if (Path(c.path) / TRAINER_STATE_FILE).is_file()]
+    usable = _resumable_checkpoints(paths)
     if not usable:
         raise TransferError(f"trainer.resume_from: run {run_id} has no checkpoint with trainer state to resume from")
     last = usable[-1]
@@ -64,6 +75,22 @@ def resume_point(run_id: str, total_steps: int) -> tuple[str, int]:
             f"total_steps: run {run_id} already reached step {last.step}; set total_steps above {last.step} to resume"
         )
     return last.path, last.step
+
+
+def _resumable_checkpoints(paths: RunPaths) -> list[CheckpointRecord]:
+    return [c for c in read_checkpoints(paths.checkpoints_index) if (Path(c.path) / TRAINER_STATE_FILE).is_file()]
+
+
+def resume_damage(run_id: str) -> list[Damage]:
+    """What is wrong with the files of the run ``run_id`` resumes, including checkpoints passed over."""
+    paths = resolve_run(run_id)
+    _, damaged = current_state(paths)
+    damaged += file_damage(paths, ended=True)
+    for record in read_checkpoints(paths.checkpoints_index):
+        if not (Path(record.path) / TRAINER_STATE_FILE).is_file():
+            problem = f"step {record.step} has no {TRAINER_STATE_FILE} (optimizer state); not resumed from"
+            damaged.append(Damage(file=record.path, problem=problem))
+    return damaged
 
 
 def _best_checkpoint(paths: RunPaths, checkpoints: list[CheckpointRecord]) -> CheckpointRecord:
@@ -140,7 +167,7 @@ def resolve_transfer(config: RunConfig, base_model_dir: Path) -> RunConfig:
             "run continues from its own weights"
         )
     if trainer.resume_from:
-        total_steps = int(config.env.get("total_steps", 0))
+        total_steps = int(config.env_value("total_steps"))
         updates["resume_checkpoint"], updates["start_step"] = resume_point(trainer.resume_from, total_steps)
     if trainer.pretrained_model_path:
         weights = weights_path(trainer.pretrained_model_path)

@@ -74,7 +74,12 @@ def sequence_datum(
 
 
 def group_data(group: ScoredDataGroup) -> tuple[list[Datum], list[bool]]:
-    """The datums of one group and, for each, whether its sampling logprobs were sent (else: on-policy)."""
+    """The datums of one group and, for each, whether its sampling logprobs were sent (else: on-policy).
+
+    None from a test-only group: its token ids were re-made from text, not sampled (the API refuses such groups;
+    this keeps one that came another way, e.g. a replayed file, from being trained on)."""
+    if group.is_test_only():
+        return [], []
     advantages = token_advantages(group)
     data: list[Datum] = []
     has_logprobs: list[bool] = []

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from hermes_nb.config import RunConfig
+from hermes_nb.config import RunConfig, base_model_dir
+from hermes_nb.protocol.run_layout import CONFIG_FILE
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
 
 
@@ -32,8 +33,10 @@ class TrainingBackend(Protocol):
 
     def optim_step(self, adam: AdamParams) -> OptimStepOutput: ...
 
-    def save_state(self, path: Path, extra: dict[str, Any]) -> None:
-        """Weights (``from_pretrained``-loadable), tokenizer, and ``trainer_state.pt`` (optimizer + ``extra``)."""
+    def save_state(self, path: Path, extra: dict[str, Any]) -> str | None:
+        """Weights (``from_pretrained``-loadable), tokenizer, and ``trainer_state.pt`` (optimizer + ``extra``).
+        A backend whose state lives on a server writes what it needs to find it again into ``path`` and returns
+        the state's remote path (``tinker://...``); a local one returns None."""
         ...
 
     def load_state(self, path: Path) -> dict[str, Any]:
@@ -46,12 +49,10 @@ class TrainingBackend(Protocol):
 
 
 def model_dir_for(base_model: str) -> Path:
-    """``embedded`` -> the model shipped in the package; anything else is a local model directory."""
-    from hermes_nb.config import EMBEDDED_BASE_MODEL
+    """The model directory of ``trainer.base_model``; refused unless it holds a model (a ``config.json``)."""
     from hermes_nb.errors import ConfigError
-    from hermes_nb.home import embedded_base_model_dir
 
-    path = embedded_base_model_dir() if base_model == EMBEDDED_BASE_MODEL else Path(base_model).expanduser()
+    path = base_model_dir(base_model)
     if not (path / "config.json").is_file():
         raise ConfigError(
             f"trainer.base_model: {base_model!r} -> {path} has no config.json; "
@@ -71,8 +72,6 @@ def initial_weights(config: RunConfig) -> Path | None:
         return Path(infra.init_weights)
     if not infra.resume_checkpoint or config.trainer.lora_rank == 0:
         return None
-    from hermes_nb.trainer.checkpoints import CONFIG_FILE
-
     saved = Path(infra.resume_checkpoint) / CONFIG_FILE
     earlier = RunConfig.load(saved).infra.init_weights if saved.is_file() else None
     return Path(earlier) if earlier else None
@@ -83,9 +82,9 @@ def make_backend(config: RunConfig) -> TrainingBackend:
     ``initial_weights(config)`` when set (weights only: the optimizer starts fresh)."""
     trainer = config.trainer
     if trainer.backend == "tinker":
-        from hermes_nb.errors import ConfigError
+        from hermes_nb.trainer.tinker_backend import TinkerBackend
 
-        raise ConfigError("trainer.backend: 'tinker' is not available yet in this version; use 'local'")
+        return TinkerBackend(config)
     from hermes_nb.trainer.local_backend import LocalBackend
 
     return LocalBackend(
@@ -94,3 +93,15 @@ def make_backend(config: RunConfig) -> TrainingBackend:
         seed=trainer.seed,
         init_weights=initial_weights(config),
     )
+
+
+def make_engine(config: RunConfig) -> Any:
+    """The inference engine that serves the run's policy for ``trainer.backend``: batched local sampling
+    (``InferenceEngine``), or forwarding to Tinker's sampler (``TinkerEngine``); both publish and sample alike."""
+    if config.trainer.backend == "tinker":
+        from hermes_nb.inference.tinker_engine import TinkerEngine
+
+        return TinkerEngine()
+    from hermes_nb.inference.engine import InferenceEngine
+
+    return InferenceEngine(seed=config.trainer.seed)

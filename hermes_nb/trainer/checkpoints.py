@@ -5,10 +5,16 @@
 renamed into place, and only then listed in ``checkpoints.jsonl``, so a crash never leaves a half checkpoint
 listed. ``trajectories.jsonl.gz`` gets one gzip member per step (one JSON line: the step and its groups); a
 reader skips a truncated last member, which is what a crash mid-write leaves.
+
+A full disk (``hermes_nb.system.disk``) fails a write with ``DiskFullError`` and leaves what was there: a
+checkpoint that does not fit is removed before the error is raised (which also gives the space back), and a
+line or member that does not fit is cut off again, so the previous checkpoint stays listed and both files stay
+readable and appendable once space is back.
 """
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import random
@@ -17,16 +23,24 @@ import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hermes_nb.config import RunConfig
-from hermes_nb.protocol.checkpoints import CHECKPOINTS_FILE, CheckpointKind, CheckpointRecord
+from hermes_nb.protocol.checkpoints import CheckpointKind, CheckpointRecord
+from hermes_nb.protocol.run_layout import CHECKPOINTS_DIR, CHECKPOINTS_FILE, CONFIG_FILE, TRAJECTORIES_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
+from hermes_nb.system.disk import DiskFullError, append_record, disk_full_errno
 from hermes_nb.trainer.backend import TrainingBackend
 
-CHECKPOINTS_DIR = "checkpoints"
-TRAJECTORIES_FILE = "trajectories.jsonl.gz"
-CONFIG_FILE = "config.yaml"
+# The gzip magic and deflate method that start every member (RFC 1952).
+_GZIP_MEMBER_START = b"\x1f\x8b\x08"
+# How much of the end of trajectories.jsonl.gz a tail check reads: one step's batch compresses to far less for
+# any batch that trains on one machine; a longer last member is left unchecked rather than read whole.
+TAIL_CHECK_BYTES = 8 << 20
+# The first window: a step of the shipped environments compresses to a few KB.
+_FIRST_TAIL_WINDOW = 64 << 10
+# How every member's text begins (record_batch): what tells a member's start from bytes that only look like one.
+_RECORD_START = b'{"step": '
 
 
 def checkpoint_root(config: RunConfig, run_dir: Path) -> Path:
@@ -54,21 +68,58 @@ def save_checkpoint(
     kind: CheckpointKind,
     metrics: dict[str, float] | None = None,
 ) -> CheckpointRecord:
-    """Write ``step_<step>`` atomically and append its line to ``checkpoints.jsonl``."""
+    """Write ``step_<step>`` atomically and append its line to ``checkpoints.jsonl``.
+
+    Raises ``DiskFullError`` naming the checkpoint (or the index) when the disk is full; the checkpoints
+    already listed are untouched."""
     root = checkpoint_root(config, run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
     tmp = root / f".tmp_step_{step}_{time.time_ns()}"
-    backend.save_state(tmp, {"step": step, "rng": rng_state()})
-    config.save(tmp / CONFIG_FILE)
-    if final.exists():  # e.g. a stop right after an interval checkpoint of the same step: the newer wins
-        shutil.rmtree(final)
-    tmp.rename(final)
-    record = CheckpointRecord(step=step, path=str(final), time=time.time(), kind=kind, metrics=metrics or {})
-    with (run_dir / CHECKPOINTS_FILE).open("a", encoding="utf-8") as f:
-        f.write(record.model_dump_json() + "\n")
-        f.flush()
+    remote, full = _write_or_disk_full(backend, config, tmp, step)
+    if full is not None:
+        # The writer that failed went with its exception; collected, its open file lets go of the space.
+        gc.collect()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise DiskFullError(full, f"checkpoint {final}")
+    _move_into_place(tmp, final)
+    record = CheckpointRecord(
+        step=step, path=str(final), time=time.time(), kind=kind, metrics=metrics or {}, tinker_path=remote
+    )
+    append_record(run_dir / CHECKPOINTS_FILE, (record.model_dump_json() + "\n").encode("utf-8"))
     return record
+
+
+def _write_or_disk_full(
+    backend: TrainingBackend, config: RunConfig, tmp: Path, step: int
+) -> tuple[str | None, int | None]:
+    """Write the checkpoint's files into ``tmp``: (the backend's remote path, None), or (None, the errno) when the
+    disk was full; any other failure is raised.
+
+    The exception of a full disk is not kept: it holds the failed writer (torch's keeps its file open), and the
+    space of that file, deleted or not, stays taken for as long as the writer lives."""
+    try:
+        remote = backend.save_state(tmp, {"step": step, "rng": rng_state()})
+        config.save(tmp / CONFIG_FILE)
+    except Exception as exc:
+        code = disk_full_errno(exc, tmp.parent)  # before any cleanup frees the space it looks at
+        if code is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return None, code
+    return remote, None
+
+
+def _move_into_place(tmp: Path, final: Path) -> None:
+    """Rename ``tmp`` to ``final``. An existing ``final`` (a stop right after an interval checkpoint of the same
+    step: the newer wins) is moved aside first and removed last, so ``final`` always holds a whole checkpoint."""
+    if not final.exists():
+        tmp.rename(final)
+        return
+    old = final.with_name(f".old_{final.name}_{time.time_ns()}")
+    final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def load_checkpoint(backend: TrainingBackend, path: Path) -> int:
@@ -80,24 +131,87 @@ def load_checkpoint(backend: TrainingBackend, path: Path) -> int:
 
 
 def record_batch(run_dir: Path, step: int, batch: list[ScoredDataGroup]) -> None:
-    """Append the batch of ``step`` as one gzip member (closed at once, so it is complete on disk)."""
+    """Append the batch of ``step`` as one gzip member, whole or not at all (``DiskFullError`` when full)."""
     line = json.dumps({"step": step, "groups": [g.model_dump(mode="json", exclude_none=True) for g in batch]})
-    with gzip.open(run_dir / TRAJECTORIES_FILE, "ab") as f:
-        f.write(line.encode("utf-8") + b"\n")
+    member = gzip.compress(line.encode("utf-8") + b"\n")
+    append_record(run_dir / TRAJECTORIES_FILE, member, line_records=False)
 
 
 def read_trajectories(path: Path) -> Iterator[tuple[int, list[ScoredDataGroup]]]:
     """Yield ``(step, groups)`` per recorded step; stops quietly at a truncated or corrupt tail."""
     data = path.read_bytes()
     while data:
-        decompressor = zlib.decompressobj(wbits=31)  # 31 = gzip header, one member per object
-        try:
-            text = decompressor.decompress(data)
-        except zlib.error:
+        member = _whole_member(data)
+        if member is None:
             return
-        if not decompressor.eof:
-            return
-        data = decompressor.unused_data
+        text, data = member
         for line in text.decode("utf-8").splitlines():
             row = json.loads(line)
             yield int(row["step"]), [ScoredDataGroup.model_validate(g) for g in row["groups"]]
+
+
+def _whole_member(data: bytes) -> tuple[bytes, bytes] | None:
+    """The text of the gzip member ``data`` starts with and the bytes after it; None if it is cut short or
+    corrupt."""
+    decompressor = zlib.decompressobj(wbits=31)  # 31 = gzip header, one member per object
+    try:
+        text = decompressor.decompress(data)
+    except zlib.error:
+        return None
+    if not decompressor.eof:
+        return None
+    return text, decompressor.unused_data
+
+
+TailState = Literal["whole", "truncated", "unchecked"]
+
+
+def trajectories_tail(path: Path) -> TailState:
+    """Whether ``trajectories.jsonl.gz`` ends with a whole member, read from its end only (status polls it).
+
+    The last member starts at the last gzip header in the file from which a step's record decodes to the end of
+    the file; a header sequence inside compressed data (odds 2^-24 per byte) does not decode to a record and is
+    passed over. The window read from the end doubles until it holds the last member's start, up to
+    ``TAIL_CHECK_BYTES``. A missing or empty file is whole.
+    """
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, 2)
+            window = min(size, _FIRST_TAIL_WINDOW)
+            while True:
+                handle.seek(size - window)
+                verdict = _last_member(handle.read(window))
+                if verdict is not None:
+                    return verdict
+                if window == size:
+                    return "truncated" if size else "whole"  # no record starts anywhere in the file
+                if window >= TAIL_CHECK_BYTES:
+                    return "unchecked"
+                window = min(size, 2 * window)
+    except FileNotFoundError:
+        return "whole"
+
+
+def _last_member(data: bytes) -> TailState | None:
+    """The state of the last member starting in ``data`` (which runs to the end of the file); None if none does."""
+    position = len(data)
+    while (position := data.rfind(_GZIP_MEMBER_START, 0, position)) >= 0:
+        verdict = _member_to_end(data[position:])
+        if verdict is not None:
+            return verdict
+    return None
+
+
+def _member_to_end(data: bytes) -> TailState | None:
+    """``whole`` if ``data`` is exactly one member holding a step's record, ``truncated`` if it is the start of
+    one, None if it is neither (a header sequence that happens to occur inside compressed bytes)."""
+    decompressor = zlib.decompressobj(wbits=31)
+    try:
+        text = decompressor.decompress(data)
+    except zlib.error:
+        return None
+    if not (text.startswith(_RECORD_START) or _RECORD_START.startswith(text)):
+        return None
+    if not decompressor.eof:
+        return "truncated"
+    return "whole" if not decompressor.unused_data else None

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from hermes_nb.inference.sampler import stepper_for
-from hermes_nb.protocol.checkpoints import TRAINER_STATE_FILE
+from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE
 from hermes_nb.trainer.losses import LossSums, policy_loss_sum, token_logprobs
 from hermes_nb.trainer.packing import PackedBatch, can_pack, pack
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
@@ -46,6 +47,25 @@ def pad_right(rows: list[list[int]], pad: int) -> torch.Tensor:
 def pad_float(rows: list[list[float]]) -> torch.Tensor:
     width = max(len(r) for r in rows)
     return torch.tensor([r + [0.0] * (width - len(r)) for r in rows], dtype=torch.float32)
+
+
+def load_trainer_state(path: Path) -> dict[str, Any]:
+    """``trainer_state.pt``, unpickled with ``weights_only``: tensors and plain values load (optimizer state, step,
+    RNG states), anything else is refused, so a checkpoint directory copied from elsewhere cannot run code."""
+    import pickle
+
+    from hermes_nb.errors import TransferError
+
+    try:
+        state: dict[str, Any] = torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+        what = f"`{found.group(1)}`" if found else "an object"
+        raise TransferError(
+            f"infra.resume_checkpoint: {path} holds {what}, not only tensors and plain values; refused, as loading "
+            "it could run code (hermes-nb's own checkpoints load)"
+        ) from None
+    return state
 
 
 def load_weights_into(model: Any, weights_dir: Path, field: str = "infra.init_weights") -> None:
@@ -219,7 +239,7 @@ class LocalBackend:
         torch.save(state, path / TRAINER_STATE_FILE)
 
     def load_state(self, path: Path) -> dict[str, Any]:
-        state: dict[str, Any] = torch.load(path / TRAINER_STATE_FILE, weights_only=False)
+        state = load_trainer_state(path / TRAINER_STATE_FILE)
         if self.lora_rank > 0:
             _load_peft().set_peft_model_state_dict(self.model, state["adapter"])
         else:

@@ -6,6 +6,7 @@ returns why it ended; the process wiring (server, signals, exit codes) is in ``h
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -14,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from hermes_nb.config import RunConfig, TrainerConfig
+from hermes_nb.config import RunConfig, TrainerConfig, base_model_dir
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.checkpoints import CheckpointKind
 from hermes_nb.protocol.trajectory import Registration, ScoredDataGroup
 from hermes_nb.trainer.advantages import group_data, has_signal
 from hermes_nb.trainer.backend import TrainingBackend
-from hermes_nb.trainer.checkpoints import record_batch, save_checkpoint
+from hermes_nb.trainer.checkpoints import checkpoint_root, record_batch, save_checkpoint
 from hermes_nb.trainer.types import AdamParams, Datum, LossConfig, SamplerHandle
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ Publisher = Callable[[SamplerHandle, int], None]
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """The loop's view of the run config (``env`` holds plain values, defaults as in ``BaseEnvConfig``)."""
+    """The loop's view of the run config (``env`` holds plain values; a missing one is ``BaseEnvConfig``'s default)."""
 
     batch_size: int
     total_steps: int
@@ -57,11 +58,10 @@ class LoopSettings:
 
     @classmethod
     def from_config(cls, config: RunConfig, run_dir: Path) -> LoopSettings:
-        env = config.env
         return cls(
-            batch_size=int(env.get("batch_size", 128)),
-            total_steps=int(env.get("total_steps", 100)),
-            max_token_len=int(env.get("max_token_length", 64)),
+            batch_size=int(config.env_value("batch_size")),
+            total_steps=int(config.env_value("total_steps")),
+            max_token_len=int(config.env_value("max_token_length")),
             run_dir=run_dir,
             trainer=config.trainer,
         )
@@ -79,20 +79,37 @@ def registration_for(settings: LoopSettings, config: RunConfig, start_step: int)
         wandb_project=config.wandb.project,
         batch_size=settings.batch_size,
         max_token_len=settings.max_token_len,
-        checkpoint_dir=config.infra.checkpoint_dir or str(settings.run_dir / "checkpoints"),
+        checkpoint_dir=str(checkpoint_root(config, settings.run_dir)),
         save_checkpoint_interval=settings.trainer.save_checkpoint_interval,
         starting_step=start_step,
         num_steps=settings.total_steps,
+        vocab_size=model_vocab_size(config),
     )
 
 
+def model_vocab_size(config: RunConfig) -> int | None:
+    """The token-embedding rows of the local backend's model (``vocab_size`` in its ``config.json``), sent with
+    the registration so that the API refuses token ids the trainer could not look up; ``None`` when unknown."""
+    if config.trainer.backend != "local":
+        return None
+    try:
+        declared = json.loads((base_model_dir(config.trainer.base_model) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(declared, dict):
+        return None
+    value = declared.get("vocab_size") or (declared.get("text_config") or {}).get("vocab_size")
+    return value if isinstance(value, int) and value > 0 else None
+
+
 def batch_score_metrics(batch: list[ScoredDataGroup]) -> dict[str, float]:
-    """Reward mean over sequences, and percent correct = fraction of sequences with score > 0 (the shipped
-    environments score 1 for a correct answer and 0 or less otherwise)."""
+    """Reward mean over sequences, and percent correct = the share the environment judged correct
+    (``ScoredDataGroup.verdicts``)."""
     scores = [s for group in batch for s in group.scores]
+    correct = [v for group in batch for v in group.verdicts()]
     return {
         keys.TRAIN_REWARD_MEAN: sum(scores) / len(scores),
-        keys.TRAIN_PERCENT_CORRECT: sum(1 for s in scores if s > 0) / len(scores),
+        keys.TRAIN_PERCENT_CORRECT: sum(correct) / len(correct),
     }
 
 
@@ -127,7 +144,7 @@ def train_step(backend: TrainingBackend, batch: list[ScoredDataGroup], trainer: 
     values = batch_score_metrics(batch)
     values[keys.TRAIN_LEARNING_RATE] = trainer.learning_rate
     data = prepare_data(backend, batch)
-    values["train/trained_sequences"] = float(len(data))
+    values[keys.TRAIN_TRAINED_SEQUENCES] = float(len(data))
     if not data:
         # Every group had equal scores: nothing to learn from, and an Adam step on zero gradients would still
         # move the weights (momentum), so skip it.
@@ -137,9 +154,9 @@ def train_step(backend: TrainingBackend, batch: list[ScoredDataGroup], trainer: 
     output = backend.forward_backward(data, trainer.loss, loss_config)
     step = backend.optim_step(adam_params(trainer))
     values[keys.TRAIN_LOSS] = output.loss
-    values["train/trained_tokens"] = float(output.num_trained_tokens)
-    values.update({f"train/{k}": v for k, v in output.metrics.items()})
-    values.update({f"train/{k}": v for k, v in step.metrics.items() if k != "learning_rate"})
+    values[keys.TRAIN_TRAINED_TOKENS] = float(output.num_trained_tokens)
+    values.update({keys.train_key(k): v for k, v in output.metrics.items()})
+    values.update({keys.train_key(k): v for k, v in step.metrics.items() if k != "learning_rate"})
     return values
 
 
@@ -190,8 +207,8 @@ def run_training(
             publish(backend.save_weights_for_sampler(f"step_{step}"), step)
         now = time.perf_counter()
         values.update(throughput(batch, now - last_end))
-        values["train/wait_seconds"] = started - last_end
-        values["train/compute_seconds"] = now - started
+        values[keys.TRAIN_WAIT_SECONDS] = started - last_end
+        values[keys.TRAIN_COMPUTE_SECONDS] = now - started
         last_end = now
         metrics.log(step, values)
         logger.info(

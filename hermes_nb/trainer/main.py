@@ -8,13 +8,15 @@ After the final step the process keeps serving the policy while an environment i
 ``FINAL_EVAL_GRACE`` seconds: the environment's final evaluation samples from this server.
 
 Exit codes: 0 after ``total_steps`` or a clean stop (SIGTERM/SIGINT: the current step finishes, a ``stop``
-checkpoint is saved, ``stopped`` is logged); 2 for a user error (one line in the log); 1 for a crash (the
-traceback goes to stderr, which the supervisor redirects to ``logs/trainer_<run_id>.log``).
+checkpoint is saved, ``stopped`` is logged); 2 for a user error (one line in the log); ``DISK_FULL_EXIT`` (74)
+when a checkpoint or metrics write found the disk full (one ``disk full (...) while writing ...`` line); 1 for a
+crash (the traceback goes to stderr, which the supervisor redirects to ``logs/trainer_<run_id>.log``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -27,12 +29,15 @@ from typing import TYPE_CHECKING
 
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import HermesNBError, TransferError
+from hermes_nb.protocol.auth import api_secret_from_env
+from hermes_nb.system.disk import DISK_FULL_EXIT, DiskFullError
 from hermes_nb.trainer.loop import LoopOutcome
 
 if TYPE_CHECKING:
+    from hermes_nb.inference.engine import InferenceEngine
     from hermes_nb.metrics.logger import MetricsLogger
-    from hermes_nb.trainer.api_client import TrajectoryApi
     from hermes_nb.trainer.backend import TrainingBackend
+    from hermes_nb.trajectory_api.client import SyncTrajectoryClient
 
 logger = logging.getLogger("hermes_nb.trainer")
 
@@ -43,6 +48,8 @@ logger = logging.getLogger("hermes_nb.trainer")
 FINAL_EVAL_GRACE = 120.0
 # How often /health is asked while waiting; the wait ends within this after the environment disconnects.
 ENV_POLL_S = 0.2
+# A local /health answers in milliseconds; one that takes seconds means the API is going away.
+HEALTH_TIMEOUT_S = 5.0
 
 
 def _run_dir(config: RunConfig, config_path: Path) -> Path:
@@ -51,7 +58,7 @@ def _run_dir(config: RunConfig, config_path: Path) -> Path:
 
 def _metrics_logger(config: RunConfig, run_dir: Path) -> MetricsLogger:
     from hermes_nb.metrics.logger import MetricsLogger, WandbRunSettings, resolve_wandb_mode
-    from hermes_nb.protocol.metrics import TRAINER_METRICS_FILE
+    from hermes_nb.protocol.run_layout import TRAINER_METRICS_FILE
 
     wandb = WandbRunSettings(
         project=config.wandb.project,
@@ -83,12 +90,14 @@ def restore(backend: TrainingBackend, config: RunConfig) -> int:
     return step
 
 
-def wait_for_final_evaluation(api: TrajectoryApi, stop: threading.Event, grace: float = FINAL_EVAL_GRACE) -> None:
+def wait_for_final_evaluation(
+    api: SyncTrajectoryClient, stop: threading.Event, grace: float = FINAL_EVAL_GRACE
+) -> None:
     """Return once no environment is registered, the API cannot tell, ``stop`` is set, or ``grace`` runs out."""
     deadline = time.monotonic() + grace
     while not stop.is_set():
-        envs = api.connected_envs()
-        if not envs:
+        health = api.health_or_none(timeout=HEALTH_TIMEOUT_S)
+        if health is None or not health.num_envs:
             return
         if time.monotonic() >= deadline:
             logger.warning("environment still registered %.0f s after the final step; exiting anyway", grace)
@@ -103,45 +112,60 @@ def default_torch_threads() -> int:
     return max(1, (os.cpu_count() or 2) // 2)
 
 
+def serve_inference(engine: InferenceEngine, port: int | None, cleanup: contextlib.ExitStack) -> None:
+    """Serve ``engine`` on ``port`` (no port: no server) until ``cleanup`` closes, which also closes the engine."""
+    from hermes_nb.inference.server import InferenceServer
+
+    cleanup.callback(engine.close)
+    if not port:
+        return
+    server = InferenceServer(engine, port)
+    # Registered before starting: a server that failed to bind, or is still binding, is stopped all the same.
+    cleanup.callback(server.stop)
+    server.start()
+    logger.info("inference server listening on 127.0.0.1:%d (loading model)", server.port)
+
+
 def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
-    """Everything the process does, in order; each step waits on readiness, never on a fixed sleep."""
+    """Everything the process does, in order; each step waits on readiness, never on a fixed sleep.
+
+    Whatever fails after the inference server starts (the model load, the config, the registration), the server,
+    the engine, the API client and the metrics logger are closed on the way out."""
     import torch
 
-    from hermes_nb.inference.engine import InferenceEngine, Policy
-    from hermes_nb.inference.server import InferenceServer
-    from hermes_nb.trainer.api_client import TrajectoryApi
-    from hermes_nb.trainer.backend import make_backend
+    from hermes_nb.inference.engine import Policy
+    from hermes_nb.trainer.backend import make_backend, make_engine
     from hermes_nb.trainer.loop import LoopSettings, registration_for, run_training
     from hermes_nb.trainer.replay import with_replay
     from hermes_nb.trainer.types import SamplerHandle
+    from hermes_nb.trajectory_api.client import SyncTrajectoryClient
 
     trainer = config.trainer
     torch.set_num_threads(trainer.torch_threads or default_torch_threads())
     torch.manual_seed(trainer.seed)
-    engine = InferenceEngine(seed=trainer.seed)
-    server = InferenceServer(engine, config.infra.inference_port) if config.infra.inference_port else None
-    if server is not None:
-        server.start()
-        logger.info("inference server listening on 127.0.0.1:%d (loading model)", server.port)
-    backend = make_backend(config)
+    with contextlib.ExitStack() as cleanup:
+        engine = make_engine(config)
+        serve_inference(engine, config.infra.inference_port, cleanup)
+        backend = make_backend(config)
 
-    def publish(handle: SamplerHandle, step: int) -> None:
-        engine.publish_weights(handle.policy, step)
+        def publish(handle: SamplerHandle, step: int) -> None:
+            engine.publish_weights(handle.policy, step)
 
-    start_step = restore(backend, config)
-    sampler = backend.sampler_model()
-    engine.publish(Policy(model=sampler, tokenizer=backend.tokenizer, version=start_step, name=backend.model_name))
-    logger.info("model %s loaded; policy version %d is served", backend.model_name, start_step)
-    settings = LoopSettings.from_config(config, run_dir)
-    if not config.infra.api_url:
-        raise HermesNBError(
-            f"infra.api_url: not set in {run_dir / 'config.yaml'}; the trainer needs the trajectory API"
+        start_step = restore(backend, config)
+        sampler = backend.sampler_model()
+        engine.publish(Policy(model=sampler, tokenizer=backend.tokenizer, version=start_step, name=backend.model_name))
+        logger.info("model %s loaded; policy version %d is served", backend.model_name, start_step)
+        settings = LoopSettings.from_config(config, run_dir)
+        if not config.infra.api_url:
+            raise HermesNBError(
+                f"infra.api_url: not set in {run_dir / 'config.yaml'}; the trainer needs the trajectory API"
+            )
+        api = cleanup.enter_context(
+            contextlib.closing(SyncTrajectoryClient(config.infra.api_url, secret=api_secret_from_env()))
         )
-    api = TrajectoryApi(config.infra.api_url)
-    metrics = _metrics_logger(config, run_dir)
-    try:
+        metrics = cleanup.enter_context(contextlib.closing(_metrics_logger(config, run_dir)))
         source = with_replay(api, config, start_step)
-        if not api.register(registration_for(settings, config, start_step), stop):
+        if api.register_when_up(registration_for(settings, config, start_step), stop) is None:
             return LoopOutcome("stopped", start_step)
         logger.info("registered with the trajectory API at %s", config.infra.api_url)
         outcome = run_training(
@@ -151,11 +175,6 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
             logger.info("final checkpoint saved; serving the policy while the environment evaluates")
             wait_for_final_evaluation(api, stop)
         return outcome
-    finally:
-        metrics.close()
-        api.close()
-        if server is not None:
-            server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = RunConfig.load(args.config)
         outcome = run(config, _run_dir(config, args.config), stop)
+    except DiskFullError as exc:
+        logger.error("%s", exc)
+        return DISK_FULL_EXIT
     except HermesNBError as exc:
         logger.error("%s", exc)
         return 2

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import TransferError
+from hermes_nb.protocol.metrics import TRAIN_REPLAY_FRACTION
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.trainer.advantages import ZERO_OVERRIDE
 from hermes_nb.trainer.checkpoints import read_trajectories
@@ -34,7 +35,6 @@ from hermes_nb.trainer.loop import BatchSource
 
 logger = logging.getLogger(__name__)
 
-REPLAY_FRACTION = "train/replay_fraction"
 # Spreads the replay order of resumed runs apart from the original's (any odd multiplier larger than a
 # plausible step count would do).
 _RESUME_SEED_STRIDE = 1_000_003
@@ -140,7 +140,7 @@ class ReplayMixer:
 
     def batch_metrics(self) -> dict[str, float]:
         """Of the last batch handed out: the fraction of its sequences that came from the replay."""
-        return {REPLAY_FRACTION: self._fraction}
+        return {TRAIN_REPLAY_FRACTION: self._fraction}
 
 
 def with_replay(source: BatchSource, config: RunConfig, start_step: int) -> BatchSource:

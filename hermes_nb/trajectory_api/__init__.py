@@ -3,7 +3,7 @@ batches), speaking the Atropos wire protocol (``hermes_nb.protocol.trajectory``)
 
 Run it with ``python -m hermes_nb.trajectory_api --host 127.0.0.1 --port N``; build the app in-process with
 ``hermes_nb.trajectory_api.server.create_app`` (that module imports FastAPI, this one does not); talk to it
-with :class:`TrajectoryClient`.
+with :class:`TrajectoryClient` (async) or :class:`SyncTrajectoryClient`.
 
 Semantics are atroposlib's (``atroposlib/api/server.py`` and ``utils.py``). Where we differ, on purpose:
 
@@ -22,6 +22,9 @@ Semantics are atroposlib's (``atroposlib/api/server.py`` and ``utils.py``). Wher
   sequences longer than the trainer's ``max_token_len``, groups larger than the sender's registered
   ``group_size`` (atroposlib buffers those forever), non-finite numbers, bodies over the size limit
   (decompressed), and ``scored_data_list`` requests with any bad group (all or nothing).
+- With a cap on sequences held (``--max-queued-sequences``; a run sets it from ``trainer.max_queued_batches``),
+  a post past it is refused whole with 503 + ``Retry-After`` (atroposlib's environments retry a 5xx), and
+  ``/status-env`` adds ``queue_room``, the sequences that still fit; atroposlib's API has no cap.
 """
 
 from __future__ import annotations
@@ -29,12 +32,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hermes_nb.trajectory_api.client import TrajectoryAPIError, TrajectoryAPIUnavailable, TrajectoryClient
+    from hermes_nb.trajectory_api.client import (
+        ApiReadiness,
+        SyncTrajectoryClient,
+        TrajectoryAPIError,
+        TrajectoryAPIUnavailable,
+        TrajectoryClient,
+    )
     from hermes_nb.trajectory_api.state import ApiLimits, RequestRejected, TrajectoryState
 
 __all__ = [
     "ApiLimits",
+    "ApiReadiness",
     "RequestRejected",
+    "SyncTrajectoryClient",
     "TrajectoryAPIError",
     "TrajectoryAPIUnavailable",
     "TrajectoryClient",
@@ -43,6 +54,8 @@ __all__ = [
 
 # Imported on first use: the server process never needs httpx, and the client never needs the state.
 _HOMES = {
+    "ApiReadiness": "client",
+    "SyncTrajectoryClient": "client",
     "TrajectoryAPIError": "client",
     "TrajectoryAPIUnavailable": "client",
     "TrajectoryClient": "client",

@@ -16,7 +16,7 @@ from types import FrameType
 import uvicorn
 from pydantic import ValidationError
 
-from hermes_nb.net import LOOPBACK
+from hermes_nb.system.net import LOOPBACK
 from hermes_nb.trajectory_api.server import DEFAULT_PORT, ApiSettings, create_app
 from hermes_nb.trajectory_api.state import MIB, ApiLimits
 
@@ -32,6 +32,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-body-mb", type=float, default=defaults.max_body_bytes / MIB)
     parser.add_argument("--max-group-size", type=int, default=defaults.max_group_size)
     parser.add_argument("--max-queued-tokens", type=int, default=defaults.max_queued_tokens)
+    parser.add_argument(
+        "--max-queued-sequences",
+        type=int,
+        default=defaults.max_queued_sequences,
+        help="cap on queued + buffered sequences; posts beyond it get 503 + Retry-After (default: no cap)",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--access-log", action="store_true", help="log every request (noisy)")
     return parser
@@ -79,6 +85,7 @@ def _settings(args: argparse.Namespace) -> ApiSettings:
         max_body_bytes=int(args.max_body_mb * MIB),
         max_group_size=args.max_group_size,
         max_queued_tokens=args.max_queued_tokens,
+        max_queued_sequences=args.max_queued_sequences,
     )
     return ApiSettings(
         host=args.host, port=args.port, limits=limits, access_log=args.access_log, log_level=args.log_level

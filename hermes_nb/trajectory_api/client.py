@@ -1,63 +1,136 @@
-"""``TrajectoryClient``: typed async access to a trajectory API (ours, or an ``atroposlib run-api``).
+"""Typed access to a trajectory API (ours, or an ``atroposlib run-api``): one client, an async and a sync face.
 
-Used by the trainer (register, batch, status) and the environment runtime (register_env, post_scored_data,
-status_env). Every method returns the protocol model of the answer. A refused request raises
-:class:`TrajectoryAPIError` carrying the server's one-line reason; an unreachable server raises
-:class:`TrajectoryAPIUnavailable`, so a polling loop can tell "retry later" from "fix the request".
+``TrajectoryClient`` (async) serves the environment runtime and tests; ``SyncTrajectoryClient`` serves the
+trainer, whose loop runs in a plain thread stopped by a ``threading.Event``, and the run supervisor's polls.
+Readiness (:meth:`SyncTrajectoryClient.readiness`) is read here, in one place, from what every Atropos API
+answers: ``/status`` and ``/info``, plus ``/health`` where it exists (run-api has none). Both faces get every
+endpoint of ``hermes_nb.trajectory_api.endpoints`` from one table (``_Endpoints``) and differ only in how they
+send a call, so the two cannot drift apart. Every method returns the protocol model of the answer, or raises
+:class:`TrajectoryAPIError` / :class:`TrajectoryAPIUnavailable`.
+
+``transport`` replaces the network, e.g. ``httpx.ASGITransport(app)`` to talk to an app in-process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import httpx
-from pydantic import BaseModel, ValidationError
 
-from hermes_nb.errors import HermesNBError
-from hermes_nb.protocol.trajectory import (
-    BatchResponse,
-    DisconnectEnvResponse,
-    EnvIdentifier,
-    EnvStatusResponse,
-    HealthResponse,
-    InfoResponse,
-    RegisterEnv,
-    RegisterEnvResponse,
-    RegisterResponse,
-    Registration,
-    ScoredDataGroup,
-    ScoredDataListResponse,
-    ScoredDataResponse,
-    StatusResponse,
-    WandbInfo,
-)
+from hermes_nb.protocol.auth import bearer_headers
+from hermes_nb.protocol.trajectory import HealthResponse, Registration, ScoredDataGroup
+from hermes_nb.trajectory_api import endpoints
+from hermes_nb.trajectory_api.endpoints import Call, TrajectoryAPIError, TrajectoryAPIUnavailable
 
-M = TypeVar("M", bound=BaseModel)
+__all__ = [
+    "ApiReadiness",
+    "SyncTrajectoryClient",
+    "TrajectoryAPIError",
+    "TrajectoryAPIUnavailable",
+    "TrajectoryClient",
+]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # A batch of a large run is tens of MB of JSON; reading it on a busy two-core machine can take a while.
 DEFAULT_TIMEOUT_S = 120.0
+# How often the trainer retries an empty /batch: short, because the trainer idles while it waits and the
+# environment posts groups continuously; a local GET costs well under a millisecond.
+BATCH_POLL_S = 0.02
+# Retry interval while the API is not up yet (the supervisor starts it beside the trainer, so this is brief).
+REGISTER_RETRY_S = 0.1
+REGISTER_TIMEOUT_S = 120.0
 
 
-class TrajectoryAPIError(HermesNBError):
-    """The API refused a request or answered something that is not the protocol. ``status_code`` is the
-    HTTP status (``None`` when the answer itself was malformed)."""
+@dataclass(frozen=True)
+class ApiReadiness:
+    """What a poller needs to know of any trajectory API: ours, or an ``atroposlib run-api``.
 
-    def __init__(self, message: str, status_code: int | None = None) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-
-
-class TrajectoryAPIUnavailable(TrajectoryAPIError):
-    """The API could not be reached (not started yet, stopped, or too slow to answer)."""
-
-
-class TrajectoryClient:
-    """``async with TrajectoryClient("http://127.0.0.1:8000") as api: await api.batch()``.
-
-    ``transport`` replaces the network, e.g. ``httpx.ASGITransport(app)`` to talk to an app in-process.
+    Read from ``/status`` and ``/info``, which every Atropos API answers from its start (run-api answers them
+    before any registration too), and from ``/health`` only where it exists: run-api has none, so there
+    ``num_envs`` is ``None``, "cannot tell".
     """
+
+    current_step: int
+    queue_size: int
+    # The first registered trainer's settings (the API keeps them); None while no trainer has registered.
+    batch_size: int | None
+    max_token_len: int | None
+    num_envs: int | None
+
+    @property
+    def trainer_registered(self) -> bool:
+        return self.batch_size is not None
+
+
+class Endpoint(Generic[P, T]):
+    """A client method made from an endpoint function: ``T`` on the sync face, awaitable on the async one."""
+
+    def __init__(self, build: Callable[P, Call[T]]) -> None:
+        self.build = build
+
+    @overload
+    def __get__(self, face: None, owner: type) -> Endpoint[P, T]: ...
+    @overload
+    def __get__(self, face: TrajectoryClient, owner: type) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    @overload
+    def __get__(self, face: SyncTrajectoryClient, owner: type) -> Callable[P, T]: ...
+    def __get__(self, face: TrajectoryClient | SyncTrajectoryClient | None, owner: type) -> Any:
+        if face is None:
+            return self
+        build = self.build
+
+        def method(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return face.send(build(*args, **kwargs))
+
+        return functools.update_wrapper(method, build)
+
+
+class _Endpoints:
+    """The endpoints both faces offer, each written once in ``endpoints``."""
+
+    # everyone
+    health = Endpoint(endpoints.health)
+    info = Endpoint(endpoints.info)
+    status = Endpoint(endpoints.status)
+    wandb_info = Endpoint(endpoints.wandb_info)
+    latest_example = Endpoint(endpoints.latest_example)
+    reset_data = Endpoint(endpoints.reset_data)
+    # trainer
+    register = Endpoint(endpoints.register)
+    batch = Endpoint(endpoints.batch)
+    # environment
+    register_env = Endpoint(endpoints.register_env)
+    disconnect_env = Endpoint(endpoints.disconnect_env)
+    status_env = Endpoint(endpoints.status_env)
+    post_scored_data = Endpoint(endpoints.post_scored_data)
+    post_scored_data_list = Endpoint(endpoints.post_scored_data_list)
+
+    def __init__(self, base_url: str, secret: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        # The run's secret, sent to the run's own API only (an external API never gets it): see protocol.auth.
+        self._auth = bearer_headers(secret)
+
+    def _request(self, http: httpx.Client | httpx.AsyncClient, call: Call[Any], timeout: float | None) -> httpx.Request:
+        """Every request of both faces is built here: what all of them must carry is added in this one place."""
+        return http.build_request(
+            call.method,
+            call.path,
+            content=call.content,
+            headers={**(call.headers or {}), **self._auth} if self._auth else call.headers,
+            timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+        )
+
+
+class TrajectoryClient(_Endpoints):
+    """``async with TrajectoryClient("http://127.0.0.1:8000") as api: await api.batch()``."""
 
     def __init__(
         self,
@@ -65,9 +138,18 @@ class TrajectoryClient:
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         transport: httpx.AsyncBaseTransport | None = None,
+        secret: str | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        super().__init__(base_url, secret)
         self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport)
+
+    async def send(self, call: Call[T], *, timeout: float | None = None) -> T:
+        """``call``'s answer; ``timeout`` replaces the client's for this request."""
+        try:
+            response = await self._http.send(self._request(self._http, call, timeout))
+        except httpx.TransportError as exc:
+            raise call.unreachable(self.base_url, exc) from exc
+        return call.answer(response)
 
     async def __aenter__(self) -> TrajectoryClient:
         return self
@@ -80,101 +162,104 @@ class TrajectoryClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    # ---- everyone ----------------------------------------------------------------------------------------
-    async def health(self) -> HealthResponse:
-        return await self._call("GET", "/health", HealthResponse)
 
-    async def info(self) -> InfoResponse:
-        return await self._call("GET", "/info", InfoResponse)
+class SyncTrajectoryClient(_Endpoints):
+    """``with SyncTrajectoryClient("http://127.0.0.1:8000") as api: api.health()``; plus the trainer's waits."""
 
-    async def status(self) -> StatusResponse:
-        return await self._call("GET", "/status", StatusResponse)
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+        secret: str | None = None,
+    ) -> None:
+        super().__init__(base_url, secret)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        # Learned from the first 404: an atroposlib run-api has no /health, and asking again on every poll
+        # would only fill its log with 404s.
+        self._health_missing = False
 
-    async def wandb_info(self) -> WandbInfo:
-        return await self._call("GET", "/wandb_info", WandbInfo)
-
-    async def latest_example(self) -> ScoredDataGroup | None:
-        data = await self._request("GET", "/latest_example")
-        if isinstance(data, dict) and not data.get("tokens"):
-            return None
-        return self._parse(ScoredDataGroup, data, "/latest_example")
-
-    async def reset_data(self) -> None:
-        await self._send("GET", "/reset_data")
-
-    # ---- trainer -----------------------------------------------------------------------------------------
-    async def register(self, registration: Registration) -> int:
-        """Register the trainer; returns this requester's id."""
-        answer = await self._call("POST", "/register", RegisterResponse, registration)
-        return answer.uuid
-
-    async def batch(self) -> list[ScoredDataGroup] | None:
-        """The next batch (one trainer step), or ``None`` while too little data is queued."""
-        answer = await self._call("GET", "/batch", BatchResponse)
-        if answer.status == "error":
-            raise TrajectoryAPIError(f"/batch: {answer.message or 'the API refused to form a batch'}")
-        return answer.batch
-
-    # ---- environment -------------------------------------------------------------------------------------
-    async def register_env(self, registration: RegisterEnv) -> RegisterEnvResponse:
-        """``status == "success"`` with an ``env_id``, or ``"wait for trainer to start"``: retry later."""
-        return await self._call("POST", "/register-env", RegisterEnvResponse, registration)
-
-    async def disconnect_env(self, env_id: int) -> DisconnectEnvResponse:
-        return await self._call("POST", "/disconnect-env", DisconnectEnvResponse, EnvIdentifier(env_id=env_id))
-
-    async def status_env(self, env_id: int) -> EnvStatusResponse:
-        # As a JSON body on a GET, like atroposlib's environments: an atroposlib run-api accepts nothing else.
-        return await self._call("GET", "/status-env", EnvStatusResponse, EnvIdentifier(env_id=env_id))
-
-    async def post_scored_data(self, group: ScoredDataGroup) -> ScoredDataResponse:
-        return await self._call("POST", "/scored_data", ScoredDataResponse, group)
-
-    async def post_scored_data_list(self, groups: Sequence[ScoredDataGroup]) -> ScoredDataListResponse:
-        content = "[" + ",".join(g.model_dump_json() for g in groups) + "]"
-        data = await self._request("POST", "/scored_data_list", content)
-        return self._parse(ScoredDataListResponse, data, "/scored_data_list")
-
-    # ---- plumbing ----------------------------------------------------------------------------------------
-    async def _call(self, method: str, path: str, model: type[M], payload: BaseModel | None = None) -> M:
-        content = payload.model_dump_json() if payload is not None else None
-        return self._parse(model, await self._request(method, path, content), path)
-
-    async def _request(self, method: str, path: str, content: str | None = None) -> Any:
-        response = await self._send(method, path, content)
+    def send(self, call: Call[T], *, timeout: float | None = None) -> T:
+        """``call``'s answer; ``timeout`` replaces the client's for this request."""
         try:
-            return response.json()
-        except ValueError:
-            raise TrajectoryAPIError(f"{path}: the answer is not JSON: {response.text[:200]!r}") from None
-
-    async def _send(self, method: str, path: str, content: str | None = None) -> httpx.Response:
-        headers = {"Content-Type": "application/json"} if content is not None else None
-        try:
-            response = await self._http.request(method, path, content=content, headers=headers)
+            response = self._http.send(self._request(self._http, call, timeout))
         except httpx.TransportError as exc:
-            raise TrajectoryAPIUnavailable(
-                f"trajectory API at {self.base_url} unreachable on {path}: {type(exc).__name__} {exc}".strip()
-            ) from exc
-        if response.is_error:
-            raise TrajectoryAPIError(f"{path}: {_reason(response)}", status_code=response.status_code)
-        return response
+            raise call.unreachable(self.base_url, exc) from exc
+        return call.answer(response)
 
-    @staticmethod
-    def _parse(model: type[M], data: Any, path: str) -> M:
+    def health_or_none(self, *, timeout: float | None = None) -> HealthResponse | None:
+        """``/health``, or ``None`` when the API cannot tell: not up, gone, or an ``atroposlib run-api`` (no
+        ``/health``). For pollers, to whom all of these mean "not (or no longer) ready"."""
         try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            raise TrajectoryAPIError(f"{path}: unexpected answer: {exc.errors()[0]['msg']}") from None
+            return self.send(endpoints.health(), timeout=timeout)
+        except TrajectoryAPIError:
+            return None
 
+    def readiness(self, *, timeout: float | None = None) -> ApiReadiness:
+        """The API's step, queue, registered trainer and (where ``/health`` exists) environment count. Raises
+        :class:`TrajectoryAPIUnavailable` when the API cannot be reached, :class:`TrajectoryAPIError` when what
+        answers is not a trajectory API."""
+        status = self.send(endpoints.status(), timeout=timeout)
+        info = self.send(endpoints.info(), timeout=timeout)
+        registered = info.batch_size > 0  # both APIs answer batch_size -1 until a trainer registers
+        return ApiReadiness(
+            current_step=status.current_step,
+            queue_size=status.queue_size,
+            batch_size=info.batch_size if registered else None,
+            max_token_len=info.max_token_len if registered else None,
+            num_envs=self._num_envs(timeout),
+        )
 
-def _reason(response: httpx.Response) -> str:
-    """The server's one-line reason: our ``{"detail": "..."}``, FastAPI's list of errors, or the text."""
-    try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
-        detail = None
-    if isinstance(detail, list) and detail and isinstance(detail[0], dict):
-        first = detail[0]
-        detail = f"{'.'.join(str(p) for p in first.get('loc', []))}: {first.get('msg')}"
-    text = detail if isinstance(detail, str) else response.text[:200]
-    return f"HTTP {response.status_code}: {text}"
+    def readiness_or_none(self, *, timeout: float | None = None) -> ApiReadiness | None:
+        """:meth:`readiness`, or ``None`` when the API cannot answer it (not up, gone, not a trajectory API)."""
+        try:
+            return self.readiness(timeout=timeout)
+        except TrajectoryAPIError:
+            return None
+
+    def _num_envs(self, timeout: float | None) -> int | None:
+        if self._health_missing:
+            return None
+        try:
+            return self.send(endpoints.health(), timeout=timeout).num_envs
+        except TrajectoryAPIUnavailable:
+            raise
+        except TrajectoryAPIError as exc:
+            self._health_missing = exc.status_code == 404
+            return None
+
+    def register_when_up(
+        self, registration: Registration, stop: threading.Event, timeout: float = REGISTER_TIMEOUT_S
+    ) -> int | None:
+        """``/register``, retried while the API cannot be reached; the requester id, or ``None`` if ``stop`` is
+        set first. Raises :class:`TrajectoryAPIUnavailable` once ``timeout`` has passed."""
+        deadline = time.monotonic() + timeout
+        while not stop.is_set():
+            try:
+                return self.register(registration)
+            except TrajectoryAPIUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+            stop.wait(REGISTER_RETRY_S)
+        return None
+
+    def next_batch(self, stop: threading.Event, poll_s: float = BATCH_POLL_S) -> list[ScoredDataGroup] | None:
+        """``/batch`` until a batch arrives; ``None`` if ``stop`` is set first."""
+        while not stop.is_set():
+            batch = self.batch()
+            if batch:
+                return batch
+            stop.wait(poll_s)
+        return None
+
+    def __enter__(self) -> SyncTrajectoryClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()

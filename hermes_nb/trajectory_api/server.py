@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from hermes_nb.net import LOOPBACK
+from hermes_nb.protocol.auth import require_run_secret
 from hermes_nb.protocol.trajectory import (
     BatchResponse,
     EnvIdentifier,
@@ -26,6 +26,7 @@ from hermes_nb.protocol.trajectory import (
     Registration,
     ScoredDataGroup,
 )
+from hermes_nb.system.net import LOOPBACK
 from hermes_nb.trajectory_api import body
 from hermes_nb.trajectory_api.state import ApiLimits, RequestRejected, TrajectoryState
 
@@ -102,7 +103,8 @@ def _state(request: Request) -> TrajectoryState:
 async def _rejected(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestRejected)  # registered for this type only
     log.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status_code, exc)
-    return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+    return JSONResponse({"detail": str(exc)}, status_code=exc.status_code, headers=headers)
 
 
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
@@ -111,6 +113,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app = FastAPI(title="hermes-nb trajectory API (Atropos wire protocol)")
     app.state.trajectory = TrajectoryState(settings.limits)
     app.add_exception_handler(RequestRejected, _rejected)
+    require_run_secret(app)
     _add_trainer_routes(app)
     _add_env_routes(app)
     _add_common_routes(app)
@@ -133,7 +136,8 @@ def _add_trainer_routes(app: FastAPI) -> None:
 
     @app.get("/info")
     async def info(request: Request) -> Response:
-        return _json(_state(request).info())
+        # exclude_none: without a vocab_size the answer is atroposlib's, key for key.
+        return _json(_state(request).info(), exclude_none=True)
 
     @app.get("/wandb_info")
     async def wandb_info(request: Request) -> Response:
@@ -154,7 +158,8 @@ def _add_env_routes(app: FastAPI) -> None:
     @app.get("/status-env")
     async def status_env(request: Request) -> Response:
         env_id = await _env_id_from_body_or_query(request)
-        return _json(_state(request).status_env(env_id))
+        # exclude_none: without a cap (no queue_room) the answer is atroposlib's, key for key.
+        return _json(_state(request).status_env(env_id), exclude_none=True)
 
     @app.post("/scored_data")
     async def scored_data(request: Request) -> Response:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hermes_nb.errors import HermesNBError
 from hermes_nb.protocol.trajectory import (
+    TEST_ONLY_OVERRIDE,
     DisconnectEnvResponse,
     EnvStatusResponse,
     HealthResponse,
@@ -32,6 +33,7 @@ from hermes_nb.protocol.trajectory import (
     ScoredDataResponse,
     StatusResponse,
     WandbInfo,
+    malformed_reason,
 )
 from hermes_nb.trajectory_api import batching
 
@@ -41,6 +43,9 @@ MIB = 1024 * 1024
 # atroposlib's floor on an environment's share of inference, so that no environment is starved completely.
 MIN_ENV_WEIGHT = 0.01
 WAIT_FOR_TRAINER = "wait for trainer to start"
+# What a refusal for a full queue asks the sender to wait before trying again: about one trainer step on the
+# shipped model, so a queue that the trainer drains again is refilled promptly, without busy-polling.
+RETRY_AFTER_S = 1
 
 
 class ApiLimits(BaseModel):
@@ -58,14 +63,18 @@ class ApiLimits(BaseModel):
     # Queued + buffered tokens. At ~100 bytes of Python objects per token (id, mask, logprob) this caps the
     # queue near 1.6 GB; a trainer that far behind is stuck, and the environment should back off.
     max_queued_tokens: int = Field(default=16_000_000, gt=0)
+    # Queued + buffered sequences: the cap a run sets from ``trainer.max_queued_batches`` (environments are told
+    # the room left in ``/status-env`` and wait). None: only the token limit above, as a standalone API.
+    max_queued_sequences: int | None = Field(default=None, gt=0)
 
 
 class RequestRejected(HermesNBError):
     """A request the API refuses with an HTTP 4xx/5xx; the message names the field. Nothing was changed."""
 
-    def __init__(self, status_code: int, message: str) -> None:
+    def __init__(self, status_code: int, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.retry_after = retry_after  # seconds, sent as ``Retry-After``: the request is fine, only early
 
 
 @dataclass
@@ -112,6 +121,7 @@ class TrajectoryState:
         self.latest: ScoredDataGroup | None = None
         self.current_step = 0
         self.stored_tokens = 0  # queued + buffered, against ``limits.max_queued_tokens``
+        self.held_sequences = 0  # queued + buffered, against ``limits.max_queued_sequences``
 
     # ---- registration ------------------------------------------------------------------------------------
     def register(self, registration: Registration) -> int:
@@ -192,7 +202,12 @@ class TrajectoryState:
     def info(self) -> InfoResponse:
         if self.registration is None:
             return InfoResponse(batch_size=-1, max_token_len=-1)
-        return InfoResponse(batch_size=self.registration.batch_size, max_token_len=self.registration.max_token_len)
+        registration = self.registration
+        return InfoResponse(
+            batch_size=registration.batch_size,
+            max_token_len=registration.max_token_len,
+            vocab_size=registration.vocab_size,
+        )
 
     def wandb_info(self) -> WandbInfo:
         if self.registration is None:
@@ -210,7 +225,14 @@ class TrajectoryState:
             num_envs=sum(1 for env in self.envs if env.connected),
             current_step=self.current_step,
             queue_size=len(self.queue),
+            held_sequences=self.held_sequences,
+            max_queued_sequences=self.limits.max_queued_sequences,
         )
+
+    def queue_room(self) -> int | None:
+        """Sequences that may still be posted before the cap refuses them; ``None`` without a cap."""
+        cap = self.limits.max_queued_sequences
+        return None if cap is None else max(0, cap - self.held_sequences)
 
     def status_env(self, env_id: int) -> EnvStatusResponse:
         """An environment's view for back-pressure, with atroposlib's arithmetic (``/status-env``)."""
@@ -230,6 +252,7 @@ class TrajectoryState:
             self_queue_size=own_sequences // group_size,
             max_group_size=largest,
             env_weight=self._env_weight(env),
+            queue_room=self.queue_room(),
         )
 
     def _env_weight(self, env: EnvRecord) -> float:
@@ -289,24 +312,46 @@ class TrajectoryState:
         )
 
     def _check_groups(self, groups: Sequence[ScoredDataGroup], where: str) -> None:
-        incoming_tokens = 0
+        incoming_tokens = incoming_sequences = 0
         to_buffer: dict[int, int] = {}
         for index, group in enumerate(groups):
             prefix = f"{where}[{index}]." if where else ""
             self._check_group(group, prefix)
             incoming_tokens += _token_count(group)
+            incoming_sequences += group.group_size
             env = self._env(group.env_id)
             if env is not None and group.group_size != env.group_size:
                 to_buffer[env.env_id] = to_buffer.get(env.env_id, 0) + 1
         for env_id, count in to_buffer.items():
             self._check_buffer_room(env_id, count)
+        self._check_sequence_cap(incoming_sequences, where)
         if self.stored_tokens + incoming_tokens > self.limits.max_queued_tokens:
             raise RequestRejected(
                 503,
                 f"tokens: the queue holds {self.stored_tokens} tokens and this request adds {incoming_tokens}, "
                 f"over the limit of {self.limits.max_queued_tokens}; the trainer is not pulling batches, "
                 "retry later",
+                retry_after=RETRY_AFTER_S,
             )
+
+    def _check_sequence_cap(self, incoming: int, where: str) -> None:
+        """503 + Retry-After while the queue is full: the sender keeps its groups and posts them again later
+        (atroposlib environments retry a 5xx). A request that could never fit is a 413, which our environments
+        answer by posting its groups one by one."""
+        cap = self.limits.max_queued_sequences
+        if cap is None or self.held_sequences + incoming <= cap:
+            return
+        field = where or "tokens"
+        if incoming > cap:
+            raise RequestRejected(
+                413, f"{field}: {incoming} sequences in one request, more than the queue's cap of {cap}; send fewer"
+            )
+        raise RequestRejected(
+            503,
+            f"{field}: the queue is full ({self.held_sequences} of {cap} sequences held, this request adds "
+            f"{incoming}); the trainer is not pulling batches, retry later",
+            retry_after=RETRY_AFTER_S,
+        )
 
     def _check_buffer_room(self, env_id: int, incoming: int) -> None:
         waiting = len(self.buffers.get(env_id, []))
@@ -321,6 +366,12 @@ class TrajectoryState:
         )
 
     def _check_group(self, group: ScoredDataGroup, prefix: str) -> None:
+        if group.is_test_only():
+            raise RequestRejected(
+                422,
+                f"{prefix}group_overrides.{TEST_ONLY_OVERRIDE}: this group's token ids were re-made from an "
+                "endpoint's text (rl_test_inference); it is never trained on",
+            )
         if group.group_size > self.limits.max_group_size:
             raise RequestRejected(
                 422,
@@ -328,9 +379,10 @@ class TrajectoryState:
                 f"{self.limits.max_group_size}",
             )
         max_len = self.registration.max_token_len if self.registration else None
+        vocab_size = self.registration.vocab_size if self.registration else None
+        if (problem := malformed_reason(group, vocab_size)) is not None:
+            raise RequestRejected(422, f"{prefix}{problem}")
         for i, seq in enumerate(group.tokens):
-            if not seq:
-                raise RequestRejected(422, f"{prefix}tokens[{i}]: an empty sequence; each needs at least one token")
             if max_len is not None and len(seq) > max_len:
                 raise RequestRejected(
                     422, f"{prefix}tokens[{i}]: {len(seq)} tokens, longer than the trainer's max_token_len {max_len}"
@@ -345,6 +397,7 @@ class TrajectoryState:
 
     def _accept(self, group: ScoredDataGroup) -> ScoredDataResponse:
         self.stored_tokens += _token_count(group)
+        self.held_sequences += group.group_size
         env = self._env(group.env_id)
         if env is None or group.group_size == env.group_size:
             self.queue.append(QueuedUnit(groups=[group], env_id=group.env_id))
@@ -378,6 +431,7 @@ class TrajectoryState:
         self.queue = [unit for i, unit in enumerate(self.queue) if i not in picked]
         batch = [group for unit in units for group in unit.groups]
         self.stored_tokens -= sum(_token_count(g) for g in batch)
+        self.held_sequences -= sum(g.group_size for g in batch)
         self.current_step += 1
         log.info(
             "step %d: served %d groups (%d sequences); %d units queued",

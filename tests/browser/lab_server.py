@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import psutil
 
-from hermes_nb.net import LOOPBACK, free_port
+from hermes_nb.system.net import LOOPBACK, free_port
 
 # A cold JupyterLab on two shared cores takes 5-15 s to answer; a minute means something is wrong.
 READY_TIMEOUT_S = 60.0

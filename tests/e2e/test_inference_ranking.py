@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from run_helpers import REPO_ROOT, run
 
-from hermes_nb import home
 from hermes_nb.api import rl_select_environment, rl_test_inference
+from hermes_nb.system import home
 
 pytestmark = pytest.mark.e2e
 

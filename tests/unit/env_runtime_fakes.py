@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from hermes_nb.net import LOOPBACK, free_port
+from hermes_nb.system.net import LOOPBACK, free_port
 
 EOS = 2
 REJECTED_PROMPT = "reject me"

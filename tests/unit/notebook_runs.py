@@ -5,17 +5,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from hermes_nb import home
 from hermes_nb.protocol.metrics import (
-    ENV_METRICS_FILE,
     EVAL_PERCENT_CORRECT,
     TRAIN_LOSS,
     TRAIN_PERCENT_CORRECT,
     TRAIN_REWARD_MEAN,
-    TRAINER_METRICS_FILE,
     MetricsRow,
 )
+from hermes_nb.protocol.run_layout import ENV_METRICS_FILE, TRAINER_METRICS_FILE
 from hermes_nb.runs.state import ProcessRecord, RunState, RunStatusName, write_run_state
+from hermes_nb.system import home
 
 
 def make_run(

@@ -17,8 +17,8 @@ import psutil
 
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.metrics import MetricsRow
-from hermes_nb.runs.layout import RunPaths
-from hermes_nb.runs.state import ProcessName, ProcessRecord, RunState, RunStatusName, write_run_state
+from hermes_nb.protocol.run_layout import ProcessName, RunPaths
+from hermes_nb.runs.state import ProcessRecord, RunState, RunStatusName, write_run_state
 
 FINISHED_ID = "20250101-120000-abcdefghjk"
 OTHER_ID = "20250101-110000-mnpqrstuvw"

@@ -1,4 +1,4 @@
-"""The async rl_* core: listing, selecting, typed results with the original tool's keys, API keys."""
+"""The async rl_* core: listing, selecting, typed results with the Hermes RL tool's keys, API keys."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_current_run_config_needs_a_selection() -> None:
 
 
 def test_state_is_shared_with_a_fresh_reader_of_the_session_file(envs: Path) -> None:
-    from hermes_nb import session
+    from hermes_nb.selection import session
 
     asyncio.run(api.rl_select_environment("simple"))
     asyncio.run(api.rl_edit_config("digits", 5))
@@ -114,7 +114,9 @@ def test_state_is_shared_with_a_fresh_reader_of_the_session_file(envs: Path) -> 
 
 @pytest.fixture
 def fresh_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(api, "_STARTED", type(api._STARTED)())
+    from hermes_nb.selection import current
+
+    monkeypatch.setattr(current, "_STARTED", type(current._STARTED)())
 
 
 def test_keys_are_read_from_home_env_without_overriding(

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from hermes_nb.home import embedded_base_model_dir, shipped_environments_dir  # noqa: E402
+from hermes_nb.system.home import embedded_base_model_dir, shipped_environments_dir  # noqa: E402
 from hermes_nb.testing import make_tiny_model  # noqa: E402
 
 # docs/base_model.md: pretraining stops at partial greedy held-out accuracy on 2-digit addition.
@@ -108,8 +108,10 @@ def test_greedy_heldout_accuracy_on_addition_is_partial(model: Any, tokenizer: A
             pad_token_id=tokenizer.pad_token_id,
         )
     texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
-    scores = [env.score_completion(t.split("\n")[0], i.answer) for t, i in zip(texts, items, strict=True)]
-    accuracy = sum(scores) / len(scores)
+    correct = [
+        env.is_correct(env.score_completion(t.split("\n")[0], i.answer)) for t, i in zip(texts, items, strict=True)
+    ]
+    accuracy = sum(correct) / len(correct)
     low, high = PARTIAL_ACCURACY
     assert low <= accuracy <= high
     recorded = json.loads((embedded_base_model_dir() / "pretraining.json").read_text())

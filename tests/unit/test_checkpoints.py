@@ -8,18 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_model import make_tiny_model
 
 from hermes_nb.config import RunConfig
-from hermes_nb.protocol.checkpoints import CHECKPOINTS_FILE, read_checkpoints
+from hermes_nb.protocol.checkpoints import read_checkpoints
+from hermes_nb.protocol.run_layout import CHECKPOINTS_FILE, TRAJECTORIES_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
-from hermes_nb.trainer.checkpoints import (
-    TRAJECTORIES_FILE,
-    load_checkpoint,
-    read_trajectories,
-    record_batch,
-    save_checkpoint,
-)
+from hermes_nb.testing import make_tiny_model
+from hermes_nb.trainer.checkpoints import load_checkpoint, read_trajectories, record_batch, save_checkpoint
 from hermes_nb.trainer.local_backend import LocalBackend
 from hermes_nb.trainer.types import AdamParams, Datum
 

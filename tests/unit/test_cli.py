@@ -16,8 +16,9 @@ import pytest
 from core_env_files import SIMPLE_ENV, write_env
 from run_dirs import FINISHED_ID, OTHER_ID, TRAINER_ROWS, this_process, write_finished_run, write_rows, write_state
 
-from hermes_nb import api, home
+from hermes_nb import api
 from hermes_nb.cli import COMMANDS, EXIT_RUN_FAILED, _finish_start, build_parser, follow_run, main
+from hermes_nb.system import home
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNNING_ID = "20250102-090000-hjkmnpqrst"
@@ -66,7 +67,7 @@ def test_an_edit_in_this_process_is_seen_by_the_cli(envs: Path) -> None:
     ("args", "expected"),
     [
         (("select", "nosuch"), "unknown environment 'nosuch'"),
-        (("edit", "group_size"), "edit expects FIELD=VALUE"),
+        (("edit", "group_size"), "expected field=value"),
         (("edit", "trainer.learning_rate=-1"), "trainer.learning_rate: Input should be greater than 0"),
         (("edit", "wandb.entity=me"), "wandb.entity is locked"),
         (("load", "/no/such/file.yaml"), "cannot be read"),
@@ -164,6 +165,25 @@ def test_logs_of_a_finished_run(here: Runner) -> None:
     assert data["lines"] == ["trainer line 100"]
     refused = here("logs", "--process", "worker")
     assert refused.returncode == 2 and "choose one of api, trainer, env, supervisor" in refused.stderr
+
+
+def test_logs_without_options_shows_what_rl_tail_logs_shows(here: Runner) -> None:
+    write_finished_run()
+    shown = json.loads(here("logs", FINISHED_ID, "--json").stdout)
+    assert shown == asyncio.run(api.rl_tail_logs(FINISHED_ID)).to_dict()
+
+
+def test_test_leaves_options_not_given_to_the_core(here: Runner, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, object]] = []
+
+    async def fake_test(**kwargs: object) -> str:  # sampling needs a model: the e2e tests' job
+        calls.append(kwargs)
+        return "tested"
+
+    monkeypatch.setattr(api, "rl_test_inference", fake_test, raising=False)
+    assert here("test").returncode == 0
+    assert here("test", "--steps", "2", "--group-size", "4", "--models", "a, b").returncode == 0
+    assert calls == [{"models": None}, {"num_steps": 2, "group_size": 4, "models": ["a", "b"]}]
 
 
 def test_stop_of_a_finished_run_is_a_no_op(here: Runner) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from core_env_files import SIMPLE_ENV, env_class, write_env
 
-from hermes_nb import discovery
+from hermes_nb.selection import discovery
 
 HEADER = "from hermes_nb.env import BaseEnv\n\n"
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from core_env_files import SIMPLE_ENV, write_env
 
-from hermes_nb import api, session
+from hermes_nb import api
 from hermes_nb.errors import (
     HermesNBError,
     InvalidValueError,
@@ -18,6 +18,8 @@ from hermes_nb.errors import (
     NoEnvironmentSelectedError,
     UnknownFieldError,
 )
+from hermes_nb.selection import session
+from hermes_nb.selection.editing import parse_assignments
 
 
 @pytest.fixture
@@ -189,3 +191,14 @@ def test_a_refused_config_file_changes_nothing(selected: None, tmp_path: Path, t
     with pytest.raises(HermesNBError, match=match):
         asyncio.run(api.rl_load_config(path))
     assert snapshot() == before
+
+
+def test_assignments_keep_their_values_as_text_for_the_fields_to_parse() -> None:
+    parsed = parse_assignments(["group_size=8", " trainer.learning_rate =1e-4", "wandb.run_name=a=b", "seed="])
+    assert parsed == {"group_size": "8", "trainer.learning_rate": "1e-4", "wandb.run_name": "a=b", "seed": ""}
+
+
+@pytest.mark.parametrize("item", ["group_size", "=8", " =8"])
+def test_an_assignment_without_a_field_name_and_equals_is_refused(item: str) -> None:
+    with pytest.raises(HermesNBError, match=f"expected field=value .*got {item!r}"):
+        parse_assignments([item])

@@ -26,7 +26,8 @@ from env_runtime_fakes import (
 from hermes_nb.config import InfraConfig, RunConfig, WandbConfig
 from hermes_nb.env import runtime
 from hermes_nb.env.base import BaseEnv
-from hermes_nb.env.loading import build_env_config, load_env_class, make_env
+from hermes_nb.env.configure import build_env_config
+from hermes_nb.env.loading import load_env_class, make_env
 from hermes_nb.errors import ConfigError, EnvironmentLoadError
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.protocol.trajectory import MASK_IGNORE, PROMPT_LOGPROB, Registration, ScoredDataGroup
@@ -164,7 +165,7 @@ def test_worker_exceptions_skip_the_group_and_the_run_goes_on(
 
     assert outcome.status == "completed"  # type: ignore[attr-defined]
     assert "tiny env broke on item 3" in caplog.text and "Traceback" in caplog.text
-    failed = sum(r.values.get("env/groups_failed", 0) for r in read_all_metrics(tmp_path / "env_metrics.jsonl"))
+    failed = sum(r.values.get("env/failed_groups", 0) for r in read_all_metrics(tmp_path / "env_metrics.jsonl"))
     assert failed >= 1
 
 
@@ -238,6 +239,34 @@ def test_process_cli_writes_n_groups_with_decoded_text(tmp_path: Path) -> None:
     assert [s["completion"] for s in first["samples"][:2]] == ["0", "1"]
     assert all(s["prompt"] == "q1=" for s in first["samples"])
     ScoredDataGroup.model_validate(first["group"])
+
+
+def test_an_environment_file_run_as_a_script_serves_its_own_class(tmp_path: Path) -> None:
+    # ``python my_env.py process ...``: BaseEnv.cli() takes the class it is called on, no file argument.
+    env_file = tmp_path / "script_env.py"
+    env_file.write_text(write_tiny_env(tmp_path).read_text() + '\n\nif __name__ == "__main__":\n    TinyEnv.cli()\n')
+    output = tmp_path / "groups.jsonl"
+    with fake_inference_server() as (inf_url, _):
+        result = subprocess.run(
+            [sys.executable, str(env_file), "process", "--num-groups", "2", "--output", str(output),
+             "--inference-url", inf_url],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["groups"] == 2
+    assert len(output.read_text().splitlines()) == 2
+
+
+def test_the_module_cli_reports_a_missing_environment_file_in_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.py"
+    result = subprocess.run(
+        [sys.executable, "-m", "hermes_nb.env", "evaluate", f"{missing}:Nope"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == f"error: environment file {missing} does not exist"
 
 
 def test_evaluate_once_runs_the_environments_evaluation(tmp_path: Path) -> None:

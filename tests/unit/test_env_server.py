@@ -18,8 +18,8 @@ from env_runtime_fakes import (
 from hermes_nb.env.config import APIServerConfig
 from hermes_nb.env.server import InferenceError, ServerManager
 from hermes_nb.env.types import SampledCompletion
-from hermes_nb.net import LOOPBACK, free_port
 from hermes_nb.protocol.inference import GenerateRequest
+from hermes_nb.system.net import LOOPBACK, free_port
 
 
 def manager(url: str, **config: object) -> ServerManager:

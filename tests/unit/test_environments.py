@@ -17,8 +17,8 @@ from pydantic import ValidationError
 
 from hermes_nb.env import SampledBatch, SampledCompletion
 from hermes_nb.env.splits import is_heldout
-from hermes_nb.home import shipped_environments_dir
 from hermes_nb.protocol.trajectory import MASK_IGNORE
+from hermes_nb.system.home import shipped_environments_dir
 
 ENV_FILES = {
     "arithmetic": "ArithmeticEnv",
@@ -219,6 +219,12 @@ def test_collect_trajectories_scores_each_completion_and_masks_the_prompt(stem: 
         assert tokens[:prompt_len] == [ord(c) for c in item.prompt]
         assert masks[:prompt_len] == [MASK_IGNORE] * prompt_len
         assert masks[prompt_len:] == tokens[prompt_len:] == [ord(c) for c in server.reply(item.prompt, i)] + [2]
+    # the decoded text recorded with the trained batch, for the rollout viewer
+    assert group.messages is not None
+    assert [[m.model_dump() for m in conversation] for conversation in group.messages] == [
+        [{"role": "user", "content": item.prompt}, {"role": "assistant", "content": server.reply(item.prompt, i)}]
+        for i in range(4)
+    ]
     [request] = server.requests
     assert request["n"] == 4 and request["temperature"] == 0.7 and "\n" in request["stop"]
 

@@ -23,6 +23,7 @@ EXPECTED = {
     "rl_edit_config",
     "rl_get_current_config",
     "rl_get_results",
+    "rl_get_samples",
     "rl_list_environments",
     "rl_list_runs",
     "rl_load_config",

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 import torch
-from tiny_model import make_tiny_model
 
 from hermes_nb.inference.fast_llama import FastLlama, select_rows, supports
 from hermes_nb.inference.sampler import SampleRow, _FastStepper, _TransformersStepper, generate, left_pad
+from hermes_nb.testing import make_tiny_model
 
 torch.set_num_threads(1)
 

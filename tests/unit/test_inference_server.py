@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from tiny_model import make_tiny_model
 
 from hermes_nb.inference.engine import InferenceEngine, Policy
 from hermes_nb.inference.server import InferenceServer
-from hermes_nb.net import free_port
+from hermes_nb.system.net import free_port
+from hermes_nb.testing import make_tiny_model
 
 torch.set_num_threads(1)
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import threading
 import time
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from matplotlib._pylab_helpers import Gcf
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter, StrMethodFormatter
 from notebook_runs import append_eval_row, append_trainer_rows, make_run, set_status, trainer_row
 from PIL import Image
 
@@ -28,6 +33,8 @@ from hermes_nb.plotting import (
     WandbRunSource,
     save_metrics_plot,
 )
+from hermes_nb.plotting.figure import DPI, FIGSIZE_IN, MARGINS
+from hermes_nb.plotting.limits import Limits, grow
 from hermes_nb.plotting.series import RunSeries, decimate, ema
 from hermes_nb.protocol.metrics import (
     EVAL_PERCENT_CORRECT,
@@ -277,6 +284,20 @@ def test_series_keeps_steps_sorted_and_once_when_rows_come_late_or_twice() -> No
     assert not series.add_rows(rows[3:])  # the same value again changes nothing
 
 
+def test_series_extended_row_by_row_reads_the_same_as_one_built_at_once() -> None:
+    steps = [*range(0, 50), 70, 60, *range(50, 60), 65, 30, *range(71, 120)]  # late rows, and steps seen twice
+    rows = [MetricsRow(step=s, time=0.0, values={TRAIN_LOSS: ((s * 7919 + i) % 101) / 10}) for i, s in enumerate(steps)]
+    grown = RunSeries([TRAIN_LOSS])
+    for row in rows:
+        grown.add_rows([row])
+        grown.arrays(TRAIN_LOSS), grown.smoothed(TRAIN_LOSS, 0.6)  # cached after every row, then extended
+    at_once = RunSeries([TRAIN_LOSS])
+    at_once.add_rows(rows)
+    for got, expected in zip(grown.arrays(TRAIN_LOSS), at_once.arrays(TRAIN_LOSS), strict=True):
+        assert got.tolist() == expected.tolist()
+    assert grown.smoothed(TRAIN_LOSS, 0.6) == pytest.approx(ema(at_once.arrays(TRAIN_LOSS)[1], 0.6), rel=1e-12)
+
+
 def test_decimate_keeps_the_envelope_of_each_bin() -> None:
     steps = np.arange(1000, dtype=float)
     values = np.sin(steps)
@@ -327,3 +348,186 @@ def test_panels_share_one_step_axis_labelled_on_the_bottom_row_only() -> None:
     shown = [[t.get_text() for t in ax.get_xticklabels() if t.get_visible() and t.get_text()] for ax in axes]
     assert shown[0] == shown[1] == [] and shown[2] and shown[3]
     assert all(len(ax.get_yticks()) <= 8 for ax in axes)  # a handful of ticks: text is most of a full draw
+
+
+def step_axis_ends(steps: range) -> list[tuple[float, float]]:
+    """(newest step, end of the step axis) each time the axis had to move while a run went through ``steps``."""
+    limits: Limits | None = None
+    moves = []
+    for step in steps:
+        new = grow(limits, Limits(x=(0.0, float(step)), y=(0.0, 1.0)))
+        if limits is None or new.x != limits.x:
+            moves.append((float(step), new.x[1]))
+        limits = new
+    return moves
+
+
+def test_step_axis_doubles_so_the_curve_fills_at_least_half_of_it() -> None:
+    moves = step_axis_ends(range(10, 10_001))
+    assert all(step <= end <= 2 * step for step, end in moves)  # the curve fills half of the axis or more
+    assert len(moves) <= 11  # about log2(10,000 / 10): a handful of full draws over the whole run
+
+
+def test_a_plot_opened_late_fits_the_steps_so_far_to_a_round_end() -> None:
+    first = grow(None, Limits(x=(0.0, 2_999.0), y=(0.0, 1.0)))
+    assert first.x == (0.0, 3_000.0)
+    assert grow(first, Limits(x=(0.0, 3_001.0), y=(0.0, 1.0))).x == (0.0, 6_000.0)
+
+
+def test_value_axis_margins_do_not_pile_up_while_a_curve_climbs() -> None:
+    limits: Limits | None = None
+    for step in range(1, 2_000):
+        limits = grow(limits, Limits(x=(0.0, float(step)), y=(0.0, step / 100)))  # a reward rising to ~20
+    assert limits is not None
+    low, high = limits.y
+    assert low < 0.0 and high > 19.99
+    assert 19.99 / (high - low) >= 2 / 3  # the data fills two thirds of the panel's height or more
+
+
+def test_value_axis_stays_put_while_the_data_fits() -> None:
+    limits = grow(None, Limits(x=(0.0, 100.0), y=(0.0, 1.0)))
+    assert grow(limits, Limits(x=(0.0, 100.0), y=(0.1, 0.9))) == limits
+
+
+def test_a_flat_curve_at_zero_gets_a_readable_range() -> None:
+    assert grow(None, Limits(x=(0.0, 5.0), y=(0.0, 0.0))).y == (-0.25, 0.25)
+
+
+def rising_rows(run: int, steps: range) -> list[MetricsRow]:
+    values = {TRAIN_REWARD_MEAN: 0.1, TRAIN_PERCENT_CORRECT: 1.0, EVAL_PERCENT_CORRECT: 2.0, TRAIN_LOSS: -0.01}
+    return [
+        MetricsRow(step=s, time=float(s), values={k: v * s * (run + 1) + (s % 7) for k, v in values.items()})
+        for s in steps
+    ]
+
+
+def point(step: int, key: str, value: float) -> MetricsRow:
+    return MetricsRow(step=step, time=float(step), values={key: value})
+
+
+def assert_same_as_a_full_draw(figure: MetricsFigure, png: bytes) -> None:
+    canvas = figure.figure.canvas
+    canvas.draw()  # matplotlib's own full draw: everything but the animated lines, then the lines
+    for ax in figure.figure.axes:
+        for line in ax.get_lines():
+            ax.draw_artist(line)
+    full = np.asarray(canvas.buffer_rgba())[..., :3].astype(int)  # type: ignore[attr-defined]
+    ours = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+    # Only the blend where two faint grid lines cross may differ (by rounding): matplotlib draws the step axis
+    # first, the figure the value axis.
+    worst = int(np.abs(ours - full).max())
+    assert worst <= 2
+
+
+def middle(figure: MetricsFigure, panel: int) -> float:
+    return sum(figure.figure.axes[panel].get_ylim()) / 2
+
+
+def draw_after_each(figure: MetricsFigure, series: dict[str, RunSeries], growths: list[Any]) -> None:
+    """Add each growth's rows to the first run; each frame must draw axes again and match a full draw."""
+    for growth in growths:
+        series[RUN].add_rows(growth())
+        drawn = figure.background_draws
+        figure.update(series)
+        png = figure.render_png()
+        assert figure.background_draws == drawn + 1
+        assert_same_as_a_full_draw(figure, png)
+
+
+def two_runs() -> tuple[MetricsFigure, dict[str, RunSeries]]:
+    series = {RUN: RunSeries(PLOTTED_KEYS), OTHER: RunSeries(PLOTTED_KEYS)}  # two runs: the legend is drawn too
+    series[RUN].add_rows(rising_rows(0, range(300)))
+    series[OTHER].add_rows(rising_rows(1, range(200)))
+    return MetricsFigure(list(series), smoothing=0.6), series
+
+
+def test_every_kind_of_frame_whose_limits_grew_is_the_same_picture_as_a_full_draw() -> None:
+    figure, series = two_runs()
+    loss = PLOTTED_KEYS.index(TRAIN_LOSS)
+    draw_after_each(
+        figure,
+        series,
+        [
+            lambda: [],  # the first frame: every panel
+            lambda: [point(int(figure.figure.axes[0].get_xlim()[1]) + 1, TRAIN_LOSS, middle(figure, loss))],  # steps
+            lambda: [point(5, TRAIN_PERCENT_CORRECT, 5_000.0)],  # one value axis
+            lambda: [point(int(figure.figure.axes[0].get_xlim()[1]) + 1, TRAIN_REWARD_MEAN, 5_000.0)],  # both
+        ],
+    )
+
+
+def test_tick_labels_too_wide_for_their_cell_are_never_cut() -> None:
+    figure, series = two_runs()
+    loss = PLOTTED_KEYS.index(TRAIN_LOSS)
+    # Wider than the room between the columns: the loss panel's labels reach into the eval panel's cell.
+    value_axis = figure.figure.axes[loss].yaxis
+    value_axis.set_major_formatter(StrMethodFormatter("{x:.2f} (a wide label)"))
+
+    def narrow_again() -> list[MetricsRow]:
+        value_axis.set_major_formatter(ScalarFormatter())
+        return [point(8, TRAIN_LOSS, -50_000.0)]
+
+    draw_after_each(
+        figure,
+        series,
+        [
+            lambda: [],  # the first frame draws them
+            lambda: [point(5, EVAL_PERCENT_CORRECT, 5_000.0)],  # the panel whose cell they reach into
+            lambda: [point(6, TRAIN_LOSS, -5_000.0)],  # their own panel
+            lambda: [point(int(figure.figure.axes[0].get_xlim()[1]) + 1, TRAIN_LOSS, -1.0)],  # every panel
+            narrow_again,  # drawn narrow: what reached out must go too
+        ],
+    )
+
+
+def axis_draws_after(growth: list[MetricsRow]) -> dict[str, list[int]]:
+    """How often each panel's step ("x") and value ("y") axis is drawn in the frame after ``growth``."""
+    series = RunSeries(PLOTTED_KEYS)
+    series.add_rows(rising_rows(0, range(300)))
+    figure = MetricsFigure(["run"])
+    figure.update({"run": series})
+    figure.render_png()
+    axes = figure.figure.axes
+    with contextlib.ExitStack() as stack:
+
+        def spy(axis: Any) -> Any:
+            return stack.enter_context(patch.object(axis, "draw", wraps=axis.draw))
+
+        spies = {"x": [spy(ax.xaxis) for ax in axes], "y": [spy(ax.yaxis) for ax in axes]}
+        series.add_rows(growth)
+        figure.update({"run": series})
+        figure.render_png()
+    return {name: [spy.call_count for spy in spied] for name, spied in spies.items()}
+
+
+def test_a_value_axis_that_grows_draws_only_its_own_panel_again() -> None:
+    percent = PLOTTED_KEYS.index(TRAIN_PERCENT_CORRECT)
+    drawn = axis_draws_after([point(5, TRAIN_PERCENT_CORRECT, 5_000.0)])
+    assert drawn == {"x": [int(i == percent) for i in range(4)], "y": [int(i == percent) for i in range(4)]}
+
+
+def test_a_step_axis_that_grows_draws_the_step_axes_only() -> None:
+    assert axis_draws_after([point(1_000, TRAIN_LOSS, -2.0)]) == {"x": [1, 1, 1, 1], "y": [0, 0, 0, 0]}
+
+
+def test_titles_and_step_labels_sit_where_matplotlib_places_them() -> None:
+    series = RunSeries(PLOTTED_KEYS)
+    series.add_rows(rising_rows(0, range(500)))
+    figure = MetricsFigure(["run"])
+    figure.update({"run": series})
+    figure.render_png()
+    reference = Figure(figsize=FIGSIZE_IN, dpi=DPI)
+    reference.subplots_adjust(**MARGINS)
+    FigureCanvasAgg(reference)
+    for index, (ax, panel) in enumerate(zip(reference.subplots(2, 2).flat, PANELS, strict=True)):
+        ax.set_title(panel.title, fontsize=10)
+        ax.tick_params(labelsize=8)
+        if index >= 2:
+            ax.set_xlabel("step", fontsize=8)
+    reference.canvas.draw()
+    for ours, theirs in zip(figure.figure.axes, reference.axes, strict=True):
+        assert ours.title.get_window_extent().bounds == pytest.approx(theirs.title.get_window_extent().bounds)
+    for ours, theirs in zip(figure.figure.axes[2:], reference.axes[2:], strict=True):
+        assert ours.xaxis.label.get_window_extent().bounds == pytest.approx(
+            theirs.xaxis.label.get_window_extent().bounds
+        )

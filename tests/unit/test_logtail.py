@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hermes_nb.logtail import tail_lines
+from hermes_nb.system.logtail import tail_lines
 
 
 def test_a_progress_bar_rewritten_with_carriage_returns_is_one_line_in_its_last_state(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -15,14 +16,16 @@ from notebook_runs import append_trainer_rows, make_run
 
 import hermes_nb.api
 import hermes_nb.runs.api
-from hermes_nb import home
 from hermes_nb.api import rl_get_current_config
 from hermes_nb.notebook import kernel_runs
 from hermes_nb.notebook.live_plot import LivePlot
 from hermes_nb.notebook.magics import HermesNB
 from hermes_nb.results import ConfigView, EnvironmentList, SelectionResult
+from hermes_nb.runs.api import rl_tail_logs
 from hermes_nb.runs.reports import LogTail, RunStatus, StartResult
+from hermes_nb.runs.state import ProcessRecord
 from hermes_nb.syncio import run_sync
+from hermes_nb.system import home
 
 OLDER = "20260101-000000-aaaaaaaaaa"
 NEWER = "20260102-000000-bbbbbbbbbb"
@@ -137,6 +140,19 @@ def test_run_defaults_to_the_newest_run_then_the_one_started_here(ip: Interactiv
     assert status.run_id == OLDER
 
 
+def test_a_fresh_kernel_defaults_to_the_newest_run_still_going_not_a_newer_ended_one(ip: InteractiveShell) -> None:
+    # The "supervisor" is this test process: alive, so its run is still going, as after a kernel restart.
+    me = psutil.Process()
+    alive = ProcessRecord(name="supervisor", pid=me.pid, started_at=me.create_time())
+    gone = ProcessRecord(name="supervisor", pid=me.pid, started_at=me.create_time() - 3600)
+    make_run(OLDER, "running", processes={"supervisor": alive})
+    make_run(NEWER, "stopped")
+    make_run("20260103-000000-cccccccccc", "running", processes={"supervisor": gone})
+
+    assert line(ip, "rl_status").run_id == OLDER
+    assert line(ip, "rl_watch").plot.sources[0].label == OLDER
+
+
 def test_rl_logs_passes_process_and_line_count(ip: InteractiveShell) -> None:
     make_run(NEWER)
     log = home.logs_dir() / f"env_{NEWER}.log"
@@ -191,6 +207,26 @@ def test_rl_test_parses_models_for_the_core(ip: InteractiveShell, monkeypatch: p
     monkeypatch.setattr(hermes_nb.api, "rl_test_inference", fake_test, raising=False)
     line(ip, "rl_test --steps 2 --group-size 4 --models a,b")
     assert calls == [{"num_steps": 2, "group_size": 4, "models": ["a", "b"]}]
+
+
+def test_rl_test_leaves_options_not_given_to_the_core(ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+
+    async def fake_test(**kwargs: Any) -> dict[str, Any]:
+        calls.append(kwargs)
+        return kwargs
+
+    monkeypatch.setattr(hermes_nb.api, "rl_test_inference", fake_test, raising=False)
+    line(ip, "rl_test")
+    assert calls == [{"models": None}]
+
+
+def test_rl_logs_without_options_shows_what_rl_tail_logs_shows(ip: InteractiveShell) -> None:
+    make_run(NEWER)
+    log = home.logs_dir() / f"trainer_{NEWER}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("".join(f"line {i}\n" for i in range(500)), encoding="utf-8")
+    assert line(ip, "rl_logs") == run_sync(rl_tail_logs(NEWER))
 
 
 def test_extra_arguments_to_a_no_argument_magic_are_refused(ip: InteractiveShell) -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from hermes_nb import home
 from hermes_nb.plotting.sources import RunFilesSource
-from hermes_nb.protocol.metrics import ENV_METRICS_FILE, TRAINER_METRICS_FILE, MetricsRow
+from hermes_nb.protocol.metrics import MetricsRow
+from hermes_nb.protocol.run_layout import ENV_METRICS_FILE, TRAINER_METRICS_FILE
 from hermes_nb.runs.status import latest_metrics
+from hermes_nb.system import home
 
 TRAINER_ROW = MetricsRow(step=3, time=1.0, values={"train/loss": 0.1, "train/percent_correct": 0.9})
 ENV_ROW = MetricsRow(step=3, time=1.0, values={"train/percent_correct": 0.3, "train/reward_mean": 0.3})

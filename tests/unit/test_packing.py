@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_model import make_tiny_model
 
 from hermes_nb.inference.sampler import _TransformersStepper
+from hermes_nb.testing import make_tiny_model
 from hermes_nb.trainer import local_backend
 from hermes_nb.trainer.local_backend import LocalBackend
 from hermes_nb.trainer.packing import can_pack, deduplicate, pack

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from hermes_nb.runs import processes
+from hermes_nb.system import processes
 
 # SIGTERM ignored, and the ignoring survives exec: only SIGKILL ends it.
 STUBBORN = ["bash", "-c", "trap '' TERM; exec sleep 60"]

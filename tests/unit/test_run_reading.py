@@ -28,8 +28,8 @@ from run_dirs import (
 from hermes_nb import api
 from hermes_nb.errors import HermesNBError, UnknownRunError
 from hermes_nb.protocol import metrics as keys
+from hermes_nb.protocol.run_layout import RunPaths
 from hermes_nb.runs import wandb_remote
-from hermes_nb.runs.layout import RunPaths
 from hermes_nb.runs.state import ProcessRecord, read_run_state
 
 T = TypeVar("T")
@@ -103,9 +103,9 @@ def test_no_runs_at_all_says_how_to_start_one() -> None:
 def test_an_unreadable_run_json_is_one_line_naming_the_file() -> None:
     paths = write_state(OTHER_ID)
     paths.state.write_text('{"run_id": "x"}', encoding="utf-8")
-    with pytest.raises(UnknownRunError) as caught:
-        run(api.rl_check_status(OTHER_ID))
-    assert str(paths.state) in str(caught.value) and "\n" not in str(caught.value)
+    status = run(api.rl_check_status(OTHER_ID))  # shown from its other files (tests/unit/test_damaged_runs.py)
+    (damage,) = status.damaged
+    assert damage.file == str(paths.state) and "\n" not in damage.problem
 
 
 # ---- reconciling a run whose supervisor is gone ----------------------------------------------------------------

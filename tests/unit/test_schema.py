@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from core_env_files import SIMPLE_ENV, env_class, write_env
 
-from hermes_nb import schema
 from hermes_nb.errors import EnvironmentLoadError
+from hermes_nb.selection import schema
 
 HEADER = "from hermes_nb.env import BaseEnv\n"
 

@@ -1,4 +1,4 @@
-"""The JSON-string tools for LLM agents: the original tool's names, JSON answers, {"error": ...} on mistakes."""
+"""The JSON-string tools for LLM agents: the Hermes RL tool's names, JSON answers, {"error": ...} on mistakes."""
 
 from __future__ import annotations
 

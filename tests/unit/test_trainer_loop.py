@@ -16,19 +16,20 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from tiny_model import make_tiny_model
 
 from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.metrics.logger import MetricsLogger
-from hermes_nb.net import free_port
 from hermes_nb.protocol import metrics as keys
-from hermes_nb.protocol.checkpoints import CHECKPOINTS_FILE, read_checkpoints
+from hermes_nb.protocol.checkpoints import read_checkpoints
+from hermes_nb.protocol.run_layout import CHECKPOINTS_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
-from hermes_nb.trainer.api_client import TrajectoryApi
+from hermes_nb.system.net import free_port
+from hermes_nb.testing import make_tiny_model
 from hermes_nb.trainer.checkpoints import read_trajectories
 from hermes_nb.trainer.local_backend import LocalBackend
 from hermes_nb.trainer.loop import LoopSettings, run_training, train_step
 from hermes_nb.trainer.main import wait_for_final_evaluation
+from hermes_nb.trajectory_api.client import SyncTrajectoryClient
 
 torch.set_num_threads(1)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -205,7 +206,7 @@ def _register_trainer(api_url: str) -> None:
 
 
 def _waiter(api_url: str, stop: threading.Event, grace: float = 30.0) -> threading.Thread:
-    api = TrajectoryApi(api_url)
+    api = SyncTrajectoryClient(api_url)
     thread = threading.Thread(target=lambda: (wait_for_final_evaluation(api, stop, grace), api.close()))
     thread.start()
     return thread

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_model import SHIPPED_SHAPE, make_tiny_model
 
 from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.errors import TransferError
@@ -18,15 +17,16 @@ from hermes_nb.inference.engine import InferenceEngine, Policy
 from hermes_nb.inference.sampler import SampleRow
 from hermes_nb.metrics.logger import MetricsLogger
 from hermes_nb.protocol import metrics as keys
-from hermes_nb.protocol.checkpoints import CHECKPOINTS_FILE, read_checkpoints
+from hermes_nb.protocol.checkpoints import read_checkpoints
+from hermes_nb.protocol.run_layout import CHECKPOINTS_FILE, TRAJECTORIES_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
+from hermes_nb.testing import make_tiny_model, shipped_shape
 from hermes_nb.trainer.backend import make_backend
-from hermes_nb.trainer.checkpoints import TRAJECTORIES_FILE, record_batch, save_checkpoint
+from hermes_nb.trainer.checkpoints import record_batch, save_checkpoint
 from hermes_nb.trainer.local_backend import LocalBackend
 from hermes_nb.trainer.loop import LoopSettings, run_training, train_step
 from hermes_nb.trainer.main import restore
 from hermes_nb.trainer.replay import (
-    REPLAY_FRACTION,
     ReplayMixer,
     ReplayPool,
     mix_batch,
@@ -169,7 +169,7 @@ def test_transfer_starts_from_the_source_weights_with_a_fresh_optimizer(model_di
 
 
 def test_transfer_from_another_architecture_is_a_transfer_error(model_dir: Path, tmp_path: Path) -> None:
-    wide = make_tiny_model(tmp_path / "wide", shape=SHIPPED_SHAPE)
+    wide = make_tiny_model(tmp_path / "wide", shipped_shape())
     with pytest.raises(TransferError, match=f"infra.init_weights: {wide} does not fit the base model"):
         LocalBackend(model_dir, init_weights=wide)
 
@@ -246,7 +246,7 @@ def test_replay_is_mixed_in_for_fine_tune_steps_and_logged(model_dir: Path, tmp_
     assert isinstance(source, ReplayMixer)
     run_dir = tmp_path / "run"
     rows = _train(LocalBackend(model_dir), config, run_dir, source)
-    assert [r["values"][REPLAY_FRACTION] for r in rows] == [0.5, 0.5, 0.0]
+    assert [r["values"][keys.TRAIN_REPLAY_FRACTION] for r in rows] == [0.5, 0.5, 0.0]
 
 
 def test_replay_is_off_without_transfer_learning_or_past_the_window(model_dir: Path, tmp_path: Path) -> None:

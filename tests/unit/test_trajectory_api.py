@@ -20,7 +20,7 @@ import psutil
 import pytest
 from fastapi import FastAPI
 
-from hermes_nb.net import LOOPBACK, free_port
+from hermes_nb.system.net import LOOPBACK, free_port
 from hermes_nb.trajectory_api.server import ApiSettings, create_app
 from hermes_nb.trajectory_api.state import ApiLimits
 
@@ -283,6 +283,8 @@ def test_reset_data_answers_plain_text_and_forgets_everything(app: FastAPI) -> N
         "num_envs": 0,
         "current_step": 0,
         "queue_size": 0,
+        "held_sequences": 0,
+        "max_queued_sequences": None,
     }
 
 
@@ -360,7 +362,15 @@ def test_the_process_serves_an_atroposlib_style_session_binds_loopback_only_and_
 
     assert (status["queue_size"], status["self_queue_size"]) == (2, 2)
     assert [g["tokens"][0][1] for g in batch] == [10, 20]
-    assert health == {"status": "ok", "trainer_registered": True, "num_envs": 1, "current_step": 1, "queue_size": 0}
+    assert health == {
+        "status": "ok",
+        "trainer_registered": True,
+        "num_envs": 1,
+        "current_step": 1,
+        "queue_size": 0,
+        "held_sequences": 0,
+        "max_queued_sequences": None,
+    }
     assert listening == {LOOPBACK}
     assert code == 0
     assert f"listening on {url}" in log and "trajectory API stopped" in log

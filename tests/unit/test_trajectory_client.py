@@ -1,19 +1,31 @@
-"""``TrajectoryClient`` against the real app (in-process ASGI transport) and against nothing at all."""
+"""The trajectory API client: the async face against the real app (in-process ASGI transport), both faces on
+the wire (a recording transport), the sync face and the trainer's waits against the real API process, and
+both faces against nothing at all."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+import json
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import pytest
+from env_runtime_fakes import trajectory_api_process
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
-from hermes_nb.net import LOOPBACK, free_port
 from hermes_nb.protocol.trajectory import MASK_IGNORE, RegisterEnv, Registration, ScoredDataGroup
-from hermes_nb.trajectory_api import TrajectoryAPIError, TrajectoryAPIUnavailable, TrajectoryClient
+from hermes_nb.system.net import LOOPBACK, free_port
+from hermes_nb.trajectory_api import (
+    SyncTrajectoryClient,
+    TrajectoryAPIError,
+    TrajectoryAPIUnavailable,
+    TrajectoryClient,
+)
 from hermes_nb.trajectory_api.server import create_app
 
 T = TypeVar("T")
@@ -103,15 +115,11 @@ def test_batch_before_the_trainer_registered_raises_the_apis_message() -> None:
         with_client(create_app(), session)
 
 
-def test_an_unreachable_api_raises_unavailable_naming_the_url() -> None:
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_an_unreachable_api_raises_unavailable_naming_the_url(face: str) -> None:
     url = f"http://{LOOPBACK}:{free_port()}"
-
-    async def session() -> None:
-        async with TrajectoryClient(url, timeout=5.0) as api:
-            await api.health()
-
     with pytest.raises(TrajectoryAPIUnavailable, match=f"trajectory API at {url} unreachable on /health"):
-        asyncio.run(session())
+        call_on(face, url, None, "health")
 
 
 def test_an_answer_that_is_not_the_protocol_raises_an_api_error() -> None:
@@ -135,3 +143,172 @@ def test_an_answer_that_is_not_the_protocol_raises_an_api_error() -> None:
         with_client(other, health_session)
     with pytest.raises(TrajectoryAPIError, match="/status: unexpected answer"):
         with_client(other, status_session)
+
+
+# ---- both faces on the wire ----------------------------------------------------------------------------------
+FACES = ["sync", "async"]
+# Each endpoint's request, as the Atropos protocol has it: (method name, arguments, HTTP method, path, JSON body).
+WIRE: list[tuple[str, tuple[object, ...], str, str, object]] = [
+    ("health", (), "GET", "/health", None),
+    ("info", (), "GET", "/info", None),
+    ("status", (), "GET", "/status", None),
+    ("wandb_info", (), "GET", "/wandb_info", None),
+    ("latest_example", (), "GET", "/latest_example", None),
+    ("reset_data", (), "GET", "/reset_data", None),
+    ("register", (REGISTRATION,), "POST", "/register", REGISTRATION.model_dump(mode="json")),
+    ("batch", (), "GET", "/batch", None),
+    ("register_env", (ENV,), "POST", "/register-env", ENV.model_dump(mode="json")),
+    ("disconnect_env", (3,), "POST", "/disconnect-env", {"env_id": 3}),
+    # A JSON body on a GET: the only form an atroposlib run-api accepts.
+    ("status_env", (3,), "GET", "/status-env", {"env_id": 3}),
+    ("post_scored_data", (group(10),), "POST", "/scored_data", group(10).model_dump(mode="json")),
+    (
+        "post_scored_data_list",
+        ([group(10), group(20)],),
+        "POST",
+        "/scored_data_list",
+        [group(10).model_dump(mode="json"), group(20).model_dump(mode="json")],
+    ),
+]
+
+
+def call_on(face: str, url: str, transport: httpx.MockTransport | None, name: str, *args: object) -> Any:
+    """``name(*args)`` on a fresh client of ``face`` (a MockTransport serves both faces)."""
+    if face == "sync":
+        with SyncTrajectoryClient(url, timeout=5.0, transport=transport) as api:
+            return getattr(api, name)(*args)
+
+    async def go() -> Any:
+        async with TrajectoryClient(url, timeout=5.0, transport=transport) as api:
+            return await getattr(api, name)(*args)
+
+    return asyncio.run(go())
+
+
+def recording(answer: Callable[[httpx.Request], httpx.Response]) -> tuple[httpx.MockTransport, list[httpx.Request]]:
+    seen: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return answer(request)
+
+    return httpx.MockTransport(handle), seen
+
+
+@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(("name", "args", "method", "path", "body"), WIRE, ids=[w[0] for w in WIRE])
+def test_each_endpoint_sends_its_atropos_request_and_raises_the_servers_refusal(
+    face: str, name: str, args: tuple[object, ...], method: str, path: str, body: object
+) -> None:
+    transport, seen = recording(lambda _: httpx.Response(503, json={"detail": "busy"}))
+    with pytest.raises(TrajectoryAPIError, match=f"{path}: HTTP 503: busy") as caught:
+        call_on(face, "http://api/", transport, name, *args)
+    assert caught.value.status_code == 503
+    [request] = seen
+    assert (request.method, request.url.path) == (method, path)
+    assert (json.loads(request.content) if request.content else None) == body
+    assert request.headers.get("Content-Type") == ("application/json" if body is not None else None)
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_both_faces_read_an_answer_into_its_protocol_model(face: str) -> None:
+    transport, _ = recording(lambda _: httpx.Response(200, json={"batch": [group(10).model_dump(mode="json")]}))
+    assert call_on(face, "http://api", transport, "batch") == [group(10)]
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_both_faces_raise_the_refusal_of_a_batch_before_registration(face: str) -> None:
+    refusal = {"status": "error", "message": "Trainer not registered", "batch": []}
+    transport, _ = recording(lambda _: httpx.Response(200, json=refusal))
+    with pytest.raises(TrajectoryAPIError, match="/batch: Trainer not registered"):
+        call_on(face, "http://api", transport, "batch")
+
+
+# ---- the sync face: health for pollers, the trainer's waits ---------------------------------------------------
+@pytest.fixture(scope="module")
+def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with trajectory_api_process(tmp_path_factory.mktemp("api") / "api.log") as url:
+        yield url
+
+
+@pytest.fixture
+def fresh_api(api_url: str) -> Iterator[SyncTrajectoryClient]:
+    with SyncTrajectoryClient(api_url, timeout=10.0) as api:
+        api.reset_data()
+        yield api
+
+
+def test_the_sync_face_runs_a_trainer_and_an_environment_session_against_the_real_api(
+    fresh_api: SyncTrajectoryClient,
+) -> None:
+    api = fresh_api
+    assert api.register_env(ENV).status == "wait for trainer to start"
+    assert isinstance(api.register_when_up(REGISTRATION, threading.Event()), int)
+    assert api.register_env(ENV).env_id == 0
+    assert api.post_scored_data(group(10)).status == "received"
+    assert api.post_scored_data_list([group(20)]).groups_processed == 1
+    assert api.status_env(0).self_queue_size == 2
+    assert api.next_batch(threading.Event()) == [group(10), group(20)]
+    health = api.health_or_none()
+    assert health is not None
+    assert (health.trainer_registered, health.num_envs, health.current_step) == (True, 1, 1)
+
+
+def test_next_batch_waits_for_enough_data_and_ends_on_stop(fresh_api: SyncTrajectoryClient) -> None:
+    fresh_api.register(REGISTRATION)
+    fresh_api.post_scored_data(group(10, env_id=None))
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    assert fresh_api.next_batch(stop) is None
+    assert 0.3 <= time.monotonic() - started < 2.0
+    fresh_api.post_scored_data(group(20, env_id=None))
+    assert fresh_api.next_batch(threading.Event()) == [group(10, env_id=None), group(20, env_id=None)]
+
+
+def test_register_when_up_retries_until_the_api_answers() -> None:
+    attempts: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json={"uuid": 7})
+
+    with SyncTrajectoryClient("http://api", transport=httpx.MockTransport(answer)) as api:
+        assert api.register_when_up(REGISTRATION, threading.Event()) == 7
+    assert len(attempts) == 3
+
+
+def test_register_when_up_gives_up_after_its_timeout_naming_the_url() -> None:
+    url = f"http://{LOOPBACK}:{free_port()}"
+    started = time.monotonic()
+    with (
+        SyncTrajectoryClient(url) as api,
+        pytest.raises(TrajectoryAPIUnavailable, match=f"trajectory API at {url} unreachable on /register"),
+    ):
+        api.register_when_up(REGISTRATION, threading.Event(), timeout=0.3)
+    assert time.monotonic() - started < 2.0
+
+
+def test_register_when_up_returns_none_once_stopped() -> None:
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    with SyncTrajectoryClient(f"http://{LOOPBACK}:{free_port()}") as api:
+        assert api.register_when_up(REGISTRATION, stop) is None
+
+
+def test_a_refused_registration_is_raised_at_once_not_retried() -> None:
+    transport, seen = recording(lambda _: httpx.Response(422, json={"detail": "batch_size: must be > 0"}))
+    with SyncTrajectoryClient("http://api", transport=transport) as api, pytest.raises(TrajectoryAPIError) as caught:
+        api.register_when_up(REGISTRATION, threading.Event())
+    assert (caught.value.status_code, len(seen)) == (422, 1)
+
+
+def test_health_or_none_is_none_without_an_api_or_without_a_health_endpoint(tmp_path: Path) -> None:
+    # An atroposlib run-api has no /health: a 404.
+    transport, _ = recording(lambda _: httpx.Response(404, json={"detail": "Not Found"}))
+    with SyncTrajectoryClient("http://api", transport=transport) as api:
+        assert api.health_or_none() is None
+    with SyncTrajectoryClient(f"http://{LOOPBACK}:{free_port()}") as api:
+        assert api.health_or_none() is None

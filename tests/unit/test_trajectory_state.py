@@ -318,6 +318,8 @@ def test_reset_forgets_registrations_queue_buffers_and_step() -> None:
         "num_envs": 0,
         "current_step": 0,
         "queue_size": 0,
+        "held_sequences": 0,
+        "max_queued_sequences": None,
     }
     assert (state.buffers, state.stored_tokens, state.latest) == ({}, 0, None)
     assert state.info().batch_size == -1

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from hermes_nb import home
 from hermes_nb.config import EnvironmentRef, RunConfig, TrainerConfig
 from hermes_nb.errors import TransferError
-from hermes_nb.runs.layout import RunPaths
+from hermes_nb.protocol.run_layout import RunPaths
 from hermes_nb.runs.state import RunState, write_run_state
 from hermes_nb.runs.transfer import resolve_transfer
-from hermes_nb.testing import make_tiny_model
+from hermes_nb.system import home
+from hermes_nb.testing import ModelShape, make_tiny_model
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def test_pretrained_path_that_is_no_model_is_refused(base_model: Path, tmp_path:
 
 
 def test_pretrained_model_of_another_architecture_is_refused(base_model: Path, tmp_path: Path) -> None:
-    other = make_tiny_model(tmp_path / "wider", hidden_size=48)
+    other = make_tiny_model(tmp_path / "wider", ModelShape(hidden_size=48))
     with pytest.raises(TransferError, match="another architecture .*hidden_size 48"):
         resolve_transfer(config(pretrained_model_path=str(other)), base_model)
 

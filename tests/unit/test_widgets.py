@@ -19,7 +19,6 @@ import pytest
 from notebook_runs import append_trainer_rows, make_run, set_status
 
 import hermes_nb.runs.api
-from hermes_nb import home
 from hermes_nb.api import rl_edit_config, rl_get_current_config, rl_select_environment
 from hermes_nb.notebook import Dashboard, kernel_runs
 from hermes_nb.notebook.widgets.config_form import ConfigForm
@@ -28,6 +27,7 @@ from hermes_nb.notebook.widgets.picker import EnvironmentPicker
 from hermes_nb.runs.reports import StartResult
 from hermes_nb.runs.state import ProcessRecord
 from hermes_nb.syncio import run_sync
+from hermes_nb.system import home
 
 RUN = "20260101-000000-aaaaaaaaaa"
 FAST_S = 0.05

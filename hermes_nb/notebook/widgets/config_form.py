@@ -18,7 +18,6 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from hermes_nb import session
 from hermes_nb.errors import ConfigError, HermesNBError
 from hermes_nb.notebook.refresher import Refresher
 from hermes_nb.notebook.widgets.fields import (
@@ -40,6 +39,7 @@ from hermes_nb.notebook.widgets.form_layout import (
     section_of,
 )
 from hermes_nb.results import ConfigField, ConfigView
+from hermes_nb.selection import session
 from hermes_nb.syncio import run_sync
 
 # A stat of the session file each second notices a cell's edit before the user looks back at the form.
@@ -237,8 +237,8 @@ class ConfigForm:
         self._say("Reset to the defaults.")
 
     def _field_errors(self, edits: dict[str, Any]) -> dict[str, str]:
-        from hermes_nb import editing
         from hermes_nb.api import current_state
+        from hermes_nb.selection import editing
 
         state = current_state()
         errors: dict[str, str] = {}

@@ -1,6 +1,6 @@
 """The monitor's log tail: the newest lines of a log as a person would see them in a terminal, kept in view.
 
-Lines are read by ``hermes_nb.logtail`` (progress bars shown as a terminal shows them).
+Lines are read by ``hermes_nb.system.logtail`` (progress bars shown as a terminal shows them).
 
 The view is a fixed-height box that starts scrolled to its end (a reversed flex column anchors the scroll at
 the bottom in every browser), so new lines are what the user sees without scrolling.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from hermes_nb.logtail import tail_lines, terminal_line
+from hermes_nb.system.logtail import tail_lines, terminal_line
 
 __all__ = ["log_html", "tail_lines", "terminal_line"]
 

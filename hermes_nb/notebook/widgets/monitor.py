@@ -20,6 +20,7 @@ from hermes_nb.notebook.widgets.log_view import log_html, tail_lines
 from hermes_nb.runs.reports import RunStatus, StartResult
 from hermes_nb.syncio import run_sync
 
+# The run monitor re-reads run.json and the log tail this often; a status read is a few small file reads.
 DEFAULT_STATUS_INTERVAL_S = 2.0
 LOG_LINES = 30
 LOG_PROCESSES = ("trainer", "env", "api", "supervisor")

@@ -1,0 +1,160 @@
+"""The environment Python: which interpreter reads and runs an atroposlib environment, checked before use.
+
+``HERMES_NB_ENV_PYTHON`` names it (``%config HermesNB.env_python`` sets that variable for a kernel); unset, it is
+the interpreter running hermes-nb. It applies to environments written against atroposlib: hermes-nb's own
+environments import ``hermes_nb.env`` and run where hermes-nb is installed. Before selection reads a config or a
+run starts, the interpreter is asked (one short child process) whether it exists and can import atroposlib; when
+not, the error says which interpreter was asked and how to install atroposlib for it.
+
+A foreign interpreter imports ``hermes_nb`` (the bridge and the schema reader run in it) through a folder that
+holds only a link to this package (``import_root``): putting hermes-nb's own site-packages on its path would
+shadow the environment's packages (transformers among them) with hermes-nb's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from hermes_nb.config import EnvFramework
+from hermes_nb.errors import EnvironmentPythonError
+from hermes_nb.system import home
+
+ENV_PYTHON_VAR = home.ENV_PYTHON_VAR
+# The pin hermes-nb is tested with (scripts/side_envs/atropos.txt): atroposlib 0.4.0 needs transformers 4.
+INSTALL_COMMAND = (
+    "python3 -m venv ~/.venvs/atropos && ~/.venvs/atropos/bin/pip install atroposlib==0.4.0 'transformers<5'"
+)
+# An interpreter's start and a metadata lookup take well under a second; a loaded two-core machine, a few.
+PROBE_TIMEOUT_S = 30.0
+# What the probe runs: the standard library only, so any Python 3 answers, whatever it has installed.
+PROBE_SOURCE = """
+import importlib.util, json, sys
+version = None
+if importlib.util.find_spec("atroposlib") is not None:
+    try:
+        from importlib.metadata import version as dist_version
+        version = dist_version("atroposlib")
+    except Exception:
+        version = "unknown"
+print(json.dumps({"python_version": "%d.%d.%d" % sys.version_info[:3], "atroposlib": version}))
+"""
+
+
+class PythonProbe(BaseModel):
+    """What an interpreter said about itself."""
+
+    python: str
+    python_version: str
+    atroposlib: str | None  # its version; None when it cannot import atroposlib
+
+
+# Interpreters that could import atroposlib, by (path, mtime): asked once per process. A failed probe is not
+# remembered, so installing atroposlib is seen on the next try.
+_GOOD: dict[tuple[str, int], PythonProbe] = {}
+_GOOD_LOCK = threading.Lock()
+
+
+def configured_python() -> str:
+    """``HERMES_NB_ENV_PYTHON`` (``~`` expanded), else the interpreter running hermes-nb."""
+    value = os.environ.get(ENV_PYTHON_VAR, "").strip()
+    return str(Path(value).expanduser()) if value else sys.executable
+
+
+def env_python(framework: EnvFramework, file: str) -> str:
+    """The interpreter that reads and runs the environment in ``file``, checked: hermes-nb's own for a hermes-nb
+    environment; the environment Python, which must import atroposlib, for an atroposlib one."""
+    if framework != "atroposlib":
+        return sys.executable
+    python = configured_python()
+    require_atroposlib(python, file)
+    return python
+
+
+def require_atroposlib(python: str, file: str) -> PythonProbe:
+    """The probe of ``python``; raises ``EnvironmentPythonError`` when it is missing or lacks atroposlib."""
+    key = _identity(python)
+    with _GOOD_LOCK:
+        known = _GOOD.get(key)
+    if known is not None:
+        return known
+    probe = probe_python(python)
+    if probe.atroposlib is None:
+        raise EnvironmentPythonError(
+            f"{file} is written against atroposlib, which the environment Python {python} ({_source()}) cannot "
+            f"import. Install atroposlib in a virtual environment of its own ({INSTALL_COMMAND}) and point "
+            f"hermes-nb at it: {ENV_PYTHON_VAR}=~/.venvs/atropos/bin/python, or in a notebook "
+            "%config HermesNB.env_python = '~/.venvs/atropos/bin/python'"
+        )
+    with _GOOD_LOCK:
+        _GOOD[key] = probe
+    return probe
+
+
+def probe_python(python: str) -> PythonProbe:
+    """Ask ``python`` for its version and its atroposlib; raises ``EnvironmentPythonError`` when it cannot answer."""
+    where = f"the environment Python {python} ({_source()})"
+    if not os.access(python, os.X_OK) or Path(python).is_dir():
+        raise EnvironmentPythonError(
+            f"{where} is not an executable file; set {ENV_PYTHON_VAR} (or %config HermesNB.env_python) to a "
+            f"Python with atroposlib installed, e.g. ~/.venvs/atropos/bin/python after {INSTALL_COMMAND}"
+        )
+    try:
+        done = subprocess.run(
+            [python, "-c", PROBE_SOURCE],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            env=env_python_environment(os.environ),
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EnvironmentPythonError(f"{where} did not answer: {exc}") from None
+    try:
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+        return PythonProbe.model_validate({"python": python, **answer})
+    except (IndexError, ValueError, ValidationError):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        problem = f"{where} is not a working Python 3 (exit code {done.returncode}): {last}"
+        raise EnvironmentPythonError(problem) from None
+
+
+def import_root() -> Path:
+    """A folder whose only entry is a link to the ``hermes_nb`` package, for a foreign interpreter's path."""
+    root = home.home_dir() / "cache" / "env_python_path"
+    link = root / "hermes_nb"
+    if link.is_symlink() and link.resolve() == home.PACKAGE_DIR:
+        return root
+    root.mkdir(parents=True, exist_ok=True)
+    # A link made aside and renamed over the old one: a concurrent reader sees the old link or the new, never none.
+    pending = root / f".hermes_nb.{os.getpid()}.{threading.get_ident()}"
+    pending.unlink(missing_ok=True)
+    pending.symlink_to(home.PACKAGE_DIR, target_is_directory=True)
+    os.replace(pending, link)
+    return root
+
+
+def env_python_environment(base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with ``hermes_nb`` importable (``import_root`` first on ``PYTHONPATH``) and output unbuffered."""
+    env = dict(base)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(import_root()), base.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _identity(python: str) -> tuple[str, int]:
+    try:
+        return python, os.stat(python).st_mtime_ns
+    except OSError:
+        return python, -1
+
+
+def _source() -> str:
+    return f"from {ENV_PYTHON_VAR}" if os.environ.get(ENV_PYTHON_VAR, "").strip() else "hermes-nb's own interpreter"

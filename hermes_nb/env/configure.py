@@ -1,0 +1,60 @@
+"""An environment's config for one run, built from the run's ``RunConfig``.
+
+The config is the class's ``config_init()`` defaults overlaid with ``RunConfig.env`` and validated by the class's
+``env_config_cls``; the locked fields come from the run's infrastructure (where the API and the inference server
+listen, which tokenizer the trainer uses), whatever the file or the user said. The class is given, never looked
+up here: ``BaseEnv.cli()`` reaches this module, so it must not import ``hermes_nb.env.base`` at runtime.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from hermes_nb.config import RunConfig, format_validation_error
+from hermes_nb.env.config import APIServerConfig, BaseEnvConfig
+from hermes_nb.errors import ConfigError
+from hermes_nb.protocol.auth import SECRET_ENV
+
+if TYPE_CHECKING:
+    from hermes_nb.env.base import BaseEnv
+
+
+def build_env_config(env_cls: type[BaseEnv], run_config: RunConfig) -> tuple[BaseEnvConfig, list[APIServerConfig]]:
+    """Defaults < ``run_config.env`` < locked infrastructure, validated by ``env_cls.env_config_cls``."""
+    defaults, server_configs = env_cls.config_init()
+    values = {**defaults.model_dump(), **run_config.env, **_locked_values(run_config)}
+    try:
+        config = env_cls.env_config_cls.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError(f"env config of {env_cls.__name__}: {format_validation_error(exc)}") from None
+    return config, _server_configs(server_configs, run_config)
+
+
+def _locked_values(run_config: RunConfig) -> dict[str, str]:
+    infra = run_config.infra
+    locked: dict[str, str] = {}
+    if infra.api_url:
+        locked["rollout_server_url"] = infra.api_url
+    tokenizer = infra.tokenizer_name or run_config.trainer.base_model
+    if tokenizer:
+        locked["tokenizer_name"] = tokenizer
+    return locked
+
+
+def _server_configs(server_configs: list[APIServerConfig], run_config: RunConfig) -> list[APIServerConfig]:
+    """The first server is the run's inference server; any others the environment declared stay as they are."""
+    configs = list(server_configs) or [APIServerConfig()]
+    url = run_config.infra.inference_url
+    if url:
+        # The run's inference server requires the run's secret, which its processes hold in SECRET_ENV.
+        update = {"base_url": openai_base_url(url), "api_key_env": SECRET_ENV}
+        configs[0] = configs[0].model_copy(update=update)
+    return configs
+
+
+def openai_base_url(url: str) -> str:
+    """``http://host:port`` or ``http://host:port/v1`` -> ``http://host:port/v1``."""
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"

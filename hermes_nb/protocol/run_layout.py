@@ -1,0 +1,97 @@
+"""Where hermes-nb's files live: the names the supervisor, trainer, environment, kernel and CLI agree on.
+
+A run directory plus its log files are the whole record of a run, and the contract between its processes.
+``<home>`` and its ``runs/`` and ``logs/`` folders are found by ``hermes_nb.system.home``::
+
+    <home>/session.json                 the selected environment and config (kernels, scripts and the CLI)
+    <home>/inference_tests/<time>/      the files of one rl_test_inference
+    <home>/logs/<process>_<run_id>.log
+    <home>/runs/<run_id>/
+        secret                          the run's secret, mode 0600 (``hermes_nb.protocol.auth``)
+        run.json                        the run's state (``hermes_nb.runs.state``), written by the supervisor
+        config.yaml                     the resolved ``RunConfig`` every process of the run starts from
+        metrics.jsonl                   the trainer's metric rows (``hermes_nb.protocol.metrics``)
+        env_metrics.jsonl               the environment's metric rows
+        checkpoints.jsonl               one line per saved checkpoint (``hermes_nb.protocol.checkpoints``)
+        checkpoints/step_<N>/           ``from_pretrained`` files, trainer_state.pt and the run's config.yaml
+        trajectories.jsonl.gz           the batches the trainer trained on
+        atropos_serve.yaml              an atroposlib environment's serve settings (``hermes_nb.atropos``)
+        .disk_reserve                   room freed when the disk is full, while the run is live
+        tinker.json                     the Tinker backend's remote side: server, model, tokens, retries
+        tinker_weights/                 a Tinker run's final weights, once downloaded
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, get_args
+
+from pydantic import BaseModel
+
+from hermes_nb.system import home
+
+SESSION_FILE = "session.json"
+INFERENCE_TESTS_DIR = "inference_tests"
+
+RUN_STATE_FILE = "run.json"
+CONFIG_FILE = "config.yaml"
+# The run's secret (``hermes_nb.system.secrets``): its servers answer only requests that carry it.
+RUN_SECRET_FILE = "secret"
+# One JSON object per line.
+TRAINER_METRICS_FILE = "metrics.jsonl"
+ENV_METRICS_FILE = "env_metrics.jsonl"
+CHECKPOINTS_FILE = "checkpoints.jsonl"
+CHECKPOINTS_DIR = "checkpoints"
+TRAJECTORIES_FILE = "trajectories.jsonl.gz"
+# Room kept while the run is live, freed when the disk is full so that the failure can still reach run.json
+# (``hermes_nb.system.disk.Reserve``).
+DISK_RESERVE_FILE = ".disk_reserve"
+# Inside each checkpoint directory, beside the ``from_pretrained`` files: optimizer, RNG and step (resume needs it).
+TRAINER_STATE_FILE = "trainer_state.pt"
+# The settings an atroposlib environment is served with (its CLI's --config YAML: env and openai sections).
+ATROPOS_SERVE_FILE = "atropos_serve.yaml"
+# The remote side of a run on the Tinker backend (``hermes_nb.protocol.tinker``), rewritten by the trainer each step.
+TINKER_FILE = "tinker.json"
+# Inside a Tinker checkpoint directory: the ``tinker://`` paths of its state and sampler weights.
+TINKER_CHECKPOINT_FILE = "tinker_checkpoint.json"
+# Where rl_get_results(..., download=True) puts a Tinker run's final weights (``from_pretrained``-loadable).
+TINKER_WEIGHTS_DIR = "tinker_weights"
+
+# The processes the supervisor starts, in start order; the supervisor itself logs too.
+ChildProcessName = Literal["api", "trainer", "env"]
+ProcessName = Literal["supervisor", ChildProcessName]
+PROCESS_NAMES: tuple[str, ...] = get_args(ChildProcessName)
+LOGGED_PROCESSES: tuple[str, ...] = (*PROCESS_NAMES, "supervisor")
+
+
+def log_file_name(process: str, run_id: str) -> str:
+    return f"{process}_{run_id}.log"
+
+
+class RunPaths(BaseModel):
+    run_id: str
+    run_dir: Path
+    config: Path
+    state: Path
+    metrics: Path
+    env_metrics: Path
+    checkpoints_dir: Path
+    checkpoints_index: Path
+    trajectories: Path
+    logs: dict[str, Path]
+
+    @classmethod
+    def for_run(cls, run_id: str) -> RunPaths:
+        run_dir = home.run_dir(run_id)
+        return cls(
+            run_id=run_id,
+            run_dir=run_dir,
+            config=run_dir / CONFIG_FILE,
+            state=run_dir / RUN_STATE_FILE,
+            metrics=run_dir / TRAINER_METRICS_FILE,
+            env_metrics=run_dir / ENV_METRICS_FILE,
+            checkpoints_dir=run_dir / CHECKPOINTS_DIR,
+            checkpoints_index=run_dir / CHECKPOINTS_FILE,
+            trajectories=run_dir / TRAJECTORIES_FILE,
+            logs={name: home.logs_dir() / log_file_name(name, run_id) for name in LOGGED_PROCESSES},
+        )

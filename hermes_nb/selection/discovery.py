@@ -1,0 +1,350 @@
+"""Find environments by reading source files (AST), never by importing them.
+
+A class counts as an environment if it derives from ``BaseEnv`` (``hermes_nb.env.BaseEnv`` or
+``atroposlib.envs.base.BaseEnv``, under any import alias), directly or through another class found in any scanned
+file; its ``framework`` says which of the two it derives from (an atroposlib one runs as it is, through
+``hermes_nb.atropos``). Each file's parse is cached by ``(path, mtime_ns, size)``, so an unchanged tree costs one
+``stat`` per file and a new or edited file is seen on the next call. A file that does not parse is reported with
+its line and does not stop the scan.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from hermes_nb.config import EnvFramework
+from hermes_nb.system import home
+
+# The base classes an environment may derive from. Matched on the class name after resolving import aliases,
+# so ``from atroposlib.envs.base import BaseEnv as AEnv`` and ``import atroposlib.envs.base as b; b.BaseEnv`` count,
+# and so does a star import (the name is all we have then).
+ROOT_BASE_NAMES = frozenset({"BaseEnv", "QAEnv"})  # QAEnv: hermes_nb.env's BaseEnv for prompt -> answer tasks
+DEFAULT_CONFIG_CLASS = "BaseEnvConfig"
+ABSTRACT_MARKERS = frozenset({"ABC", "abc.ABC", "Protocol", "typing.Protocol"})
+# A root base whose resolved name starts here is atroposlib's; any other (a bare name included) is hermes-nb's.
+ATROPOSLIB_PREFIX = "atroposlib."
+
+
+class EnvironmentInfo(BaseModel):
+    name: str
+    class_name: str
+    file: str
+    description: str
+    config_class: str
+    framework: EnvFramework = "hermes_nb"
+
+
+class DiscoveryError(BaseModel):
+    file: str
+    line: int | None = None
+    message: str
+
+
+@dataclass(frozen=True)
+class ClassRecord:
+    """One top-level class of a scanned file, with its bases resolved through the file's imports."""
+
+    class_name: str
+    bases: tuple[str, ...]  # qualified where an import says so, else the bare local name
+    env_name: str | None
+    config_class: str | None
+    description: str
+    abstract: bool
+    line: int
+
+
+@dataclass(frozen=True)
+class FileScan:
+    path: str
+    stem: str
+    classes: tuple[ClassRecord, ...] = ()
+    # "_"-prefixed files (__init__.py, _common.py) are helpers, Python's mark of "not public": their classes can
+    # be bases of environments but are not listed themselves.
+    helper: bool = False
+    module_doc: str = ""
+    error: DiscoveryError | None = None
+
+
+@dataclass
+class _Cache:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    files: dict[str, tuple[tuple[int, int], FileScan]] = field(default_factory=dict)
+    signature: tuple[tuple[str, int, int], ...] | None = None
+    result: tuple[list[EnvironmentInfo], list[DiscoveryError]] | None = None
+
+
+_CACHE = _Cache()
+
+
+def scan(search_path: list[Path] | None = None) -> tuple[list[EnvironmentInfo], list[DiscoveryError]]:
+    """The environments and parse errors under ``search_path`` (default: ``home.environment_search_path()``)."""
+    dirs = search_path if search_path is not None else home.environment_search_path()
+    with _CACHE.lock:
+        stats = _stat_tree(dirs)
+        signature = tuple((path, key[0], key[1]) for path, key in stats)
+        if signature == _CACHE.signature and _CACHE.result is not None:
+            return list(_CACHE.result[0]), list(_CACHE.result[1])
+        scans = [_scan_cached(path, key) for path, key in stats]
+        _CACHE.files = {path: _CACHE.files[path] for path, _ in stats}  # forget deleted files
+        result = _resolve(scans)
+        _CACHE.signature, _CACHE.result = signature, result
+        return list(result[0]), list(result[1])
+
+
+def clear_cache() -> None:
+    with _CACHE.lock:
+        _CACHE.files.clear()
+        _CACHE.signature = None
+        _CACHE.result = None
+
+
+def _stat_tree(dirs: list[Path]) -> list[tuple[str, tuple[int, int]]]:
+    """``(path, (mtime_ns, size))`` of every candidate file, in search-path order then name order."""
+    found: list[tuple[str, tuple[int, int]]] = []
+    seen: set[str] = set()
+    for directory in dirs:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue  # a missing directory on the path is not an error: nothing there yet
+        for entry in entries:
+            if not entry.name.endswith(".py") or entry.path in seen:
+                continue
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            if not entry.is_file():
+                continue
+            seen.add(entry.path)
+            found.append((entry.path, (st.st_mtime_ns, st.st_size)))
+    return found
+
+
+def _scan_cached(path: str, key: tuple[int, int]) -> FileScan:
+    cached = _CACHE.files.get(path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    result = scan_file(path)
+    _CACHE.files[path] = (key, result)
+    return result
+
+
+def scan_file(path: str) -> FileScan:
+    """Parse one file into its top-level class records; a syntax error becomes a ``DiscoveryError``."""
+    stem = Path(path).stem
+    helper = stem.startswith("_")
+    try:
+        source = Path(path).read_bytes()
+        tree = ast.parse(source, filename=path)
+    except SyntaxError as exc:
+        message = f"syntax error: {exc.msg}"
+        error = DiscoveryError(file=path, line=exc.lineno, message=message)
+        return FileScan(path, stem, helper=helper, error=error)
+    except (OSError, ValueError) as exc:  # unreadable, or NUL bytes / bad encoding
+        error = DiscoveryError(file=path, line=None, message=f"cannot read: {exc}")
+        return FileScan(path, stem, helper=helper, error=error)
+    aliases = _import_aliases(tree)
+    classes = tuple(_class_record(node, aliases) for node in _top_level(tree) if isinstance(node, ast.ClassDef))
+    doc = _first_line(ast.get_docstring(tree))
+    return FileScan(path, stem, classes=classes, module_doc=doc, helper=helper)
+
+
+def _top_level(tree: ast.Module) -> list[ast.stmt]:
+    """Module statements, descending into ``if``/``try`` blocks (``if TYPE_CHECKING:``, optional imports)."""
+    out: list[ast.stmt] = []
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop(0)
+        out.append(node)
+        if isinstance(node, ast.If):
+            pending[:0] = node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            pending[:0] = node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body]
+    return out
+
+
+def _import_aliases(tree: ast.Module) -> dict[str, str]:
+    """Local name -> qualified name, from the file's import statements."""
+    aliases: dict[str, str] = {}
+    for node in _top_level(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    aliases[alias.asname] = alias.name
+                else:
+                    root = alias.name.split(".")[0]
+                    aliases[root] = root
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            for alias in node.names:
+                if alias.name != "*":
+                    aliases[alias.asname or alias.name] = f"{module}.{alias.name}" if module else alias.name
+    return aliases
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.C`` as a string; ``None`` for anything else (calls, subscripts like ``Generic[T]``)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else None
+    return None
+
+
+def _resolve_name(dotted: str, aliases: dict[str, str]) -> str:
+    head, _, rest = dotted.partition(".")
+    qualified = aliases.get(head)
+    if qualified is None:
+        return dotted
+    return f"{qualified}.{rest}" if rest else qualified
+
+
+def _class_record(node: ast.ClassDef, aliases: dict[str, str]) -> ClassRecord:
+    bases = tuple(_resolve_name(d, aliases) for b in node.bases if (d := _dotted(b)))
+    metaclass = next((_dotted(k.value) for k in node.keywords if k.arg == "metaclass"), None)
+    abstract = (
+        node.name.startswith("_")
+        or bool(set(bases) & ABSTRACT_MARKERS)
+        or bool(metaclass and metaclass.endswith("ABCMeta"))
+    )
+    env_name, config_class = _class_attributes(node)
+    return ClassRecord(
+        class_name=node.name,
+        bases=bases,
+        env_name=env_name,
+        config_class=config_class,
+        description=_first_line(ast.get_docstring(node)),
+        abstract=abstract,
+        line=node.lineno,
+    )
+
+
+def _class_attributes(node: ast.ClassDef) -> tuple[str | None, str | None]:
+    """The literal ``name = "..."`` and the ``env_config_cls = SomeConfig`` of a class body."""
+    env_name: str | None = None
+    config_class: str | None = None
+    for stmt in node.body:
+        targets: list[ast.expr] = []
+        if isinstance(stmt, ast.Assign):
+            targets, value = stmt.targets, stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            targets, value = [stmt.target], stmt.value
+        for target in targets:
+            if not isinstance(target, ast.Name):
+                continue
+            if target.id == "name" and isinstance(value, ast.Constant) and isinstance(value.value, str):
+                env_name = value.value
+            elif target.id == "env_config_cls" and (dotted := _dotted(value)):
+                config_class = dotted.rsplit(".", 1)[-1]
+    return env_name, config_class
+
+
+def _first_line(doc: str | None) -> str:
+    if not doc:
+        return ""
+    return next((line.strip() for line in doc.splitlines() if line.strip()), "")
+
+
+def _resolve(scans: list[FileScan]) -> tuple[list[EnvironmentInfo], list[DiscoveryError]]:
+    """Decide which classes are environments (across files) and build their entries, first name wins."""
+    by_name: dict[str, list[tuple[FileScan, ClassRecord]]] = {}
+    for file_scan in scans:
+        for record in file_scan.classes:
+            by_name.setdefault(record.class_name, []).append((file_scan, record))
+    is_env = _EnvClassifier(by_name)
+    environments: list[EnvironmentInfo] = []
+    errors = [s.error for s in scans if s.error is not None]
+    taken: dict[str, str] = {}
+    for file_scan in scans:
+        if file_scan.helper:
+            continue
+        for record in file_scan.classes:
+            if record.abstract or not is_env(file_scan, record):
+                continue
+            info = _info(file_scan, record, is_env.config_class(file_scan, record), is_env.framework(file_scan, record))
+            if info.name in taken:
+                message = f"environment name {info.name!r} ({record.class_name}) is already used by {taken[info.name]}"
+                errors.append(DiscoveryError(file=file_scan.path, line=record.line, message=message))
+                continue
+            taken[info.name] = f"{info.class_name} in {info.file}"
+            environments.append(info)
+    return environments, errors
+
+
+def _info(
+    file_scan: FileScan, record: ClassRecord, config_class: str | None, framework: EnvFramework
+) -> EnvironmentInfo:
+    description = record.description or file_scan.module_doc or f"Environment from {Path(file_scan.path).name}"
+    return EnvironmentInfo(
+        name=record.env_name or file_scan.stem,
+        class_name=record.class_name,
+        file=file_scan.path,
+        description=description,
+        config_class=config_class or DEFAULT_CONFIG_CLASS,
+        framework=framework,
+    )
+
+
+class _EnvClassifier:
+    """Answers "does this class derive from BaseEnv?" over the classes of all scanned files."""
+
+    def __init__(self, by_name: dict[str, list[tuple[FileScan, ClassRecord]]]) -> None:
+        self._by_name = by_name
+
+    def __call__(self, file_scan: FileScan, record: ClassRecord) -> bool:
+        return self._parent(file_scan, record, set()) is not None
+
+    def config_class(self, file_scan: FileScan, record: ClassRecord) -> str | None:
+        """The class's own ``env_config_cls``, else the nearest scanned ancestor's."""
+        seen: set[tuple[str, str]] = set()
+        current: tuple[FileScan, ClassRecord] | None = (file_scan, record)
+        while current is not None and (current[0].path, current[1].class_name) not in seen:
+            seen.add((current[0].path, current[1].class_name))
+            if current[1].config_class:
+                return current[1].config_class
+            parent = self._parent(*current, set())
+            current = parent[0] if parent is not None else None
+        return None
+
+    def framework(self, file_scan: FileScan, record: ClassRecord) -> EnvFramework:
+        """atroposlib when the ``BaseEnv`` at the root of the class's chain is atroposlib's."""
+        found = self._parent(file_scan, record, set())
+        return "atroposlib" if found is not None and found[1].startswith(ATROPOSLIB_PREFIX) else "hermes_nb"
+
+    def _parent(
+        self, file_scan: FileScan, record: ClassRecord, visiting: set[tuple[str, str]]
+    ) -> tuple[tuple[FileScan, ClassRecord] | None, str] | None:
+        """How ``record`` is an environment: the scanned base it derives through (``None`` when it derives from a
+        root base itself) and that root base's resolved name; ``None`` when it is not one."""
+        key = (file_scan.path, record.class_name)
+        if key in visiting:  # a cycle of names across files; not an environment through this path
+            return None
+        visiting.add(key)
+        for base in record.bases:
+            short = base.rsplit(".", 1)[-1]
+            if short in ROOT_BASE_NAMES:
+                return None, base
+            for candidate in self._candidates(file_scan, base, short):
+                found = self._parent(*candidate, visiting)
+                if found is not None:
+                    return candidate, found[1]
+        return None
+
+    def _candidates(self, file_scan: FileScan, base: str, short: str) -> list[tuple[FileScan, ClassRecord]]:
+        """Scanned classes ``base`` may refer to: same file first for a bare name, else any file."""
+        found = self._by_name.get(short, [])
+        if "." not in base:
+            local = [c for c in found if c[0].path == file_scan.path]
+            if local:
+                return local
+        module = base.rsplit(".", 1)[0].lstrip(".").rsplit(".", 1)[-1] if "." in base else ""
+        preferred = [c for c in found if c[0].stem == module]
+        return preferred or found

@@ -1,0 +1,91 @@
+"""Where hermes-nb keeps its state, and how it finds API keys.
+
+``<home>`` defaults to ``~/.hermes/rl`` and is set by ``HERMES_NB_HOME``. Runs live in ``<home>/runs/<run_id>``,
+logs in ``<home>/logs``. Keys come from the process environment first, then ``<home>/.env`` and
+``~/.hermes/.env``; a key is never printed, logged or written by hermes-nb.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HOME_ENV_VAR = "HERMES_NB_HOME"
+ENV_PATH_VAR = "HERMES_NB_ENV_PATH"
+# The Python that reads and runs atroposlib environments (hermes_nb.atropos.interpreter); unset: this interpreter.
+ENV_PYTHON_VAR = "HERMES_NB_ENV_PYTHON"
+KNOWN_KEYS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY")
+
+# The hermes_nb package folder (it holds the shipped assets).
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# The repository (or installed tree) root: it holds the shipped environments/ and configs/ folders, and it is the
+# folder a child Python needs on its path to import hermes_nb.
+PROJECT_ROOT = PACKAGE_DIR.parent
+
+
+def home_dir() -> Path:
+    configured = os.environ.get(HOME_ENV_VAR)
+    path = Path(configured).expanduser() if configured else Path.home() / ".hermes" / "rl"
+    return path
+
+
+def runs_dir() -> Path:
+    return home_dir() / "runs"
+
+
+def logs_dir() -> Path:
+    return home_dir() / "logs"
+
+
+def run_dir(run_id: str) -> Path:
+    return runs_dir() / run_id
+
+
+def shipped_environments_dir() -> Path:
+    return PROJECT_ROOT / "environments"
+
+
+def shipped_configs_dir() -> Path:
+    return PROJECT_ROOT / "configs"
+
+
+def embedded_base_model_dir() -> Path:
+    return PACKAGE_DIR / "assets" / "base_model"
+
+
+def environment_search_path() -> list[Path]:
+    """The shipped environments first, then each directory in ``HERMES_NB_ENV_PATH`` (``os.pathsep``-separated)."""
+    paths = [shipped_environments_dir()]
+    extra = os.environ.get(ENV_PATH_VAR, "")
+    paths += [Path(p).expanduser() for p in extra.split(os.pathsep) if p.strip()]
+    return paths
+
+
+def _parse_dotenv(path: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.removeprefix("export ").partition("=")
+        values[key.strip()] = value.strip().strip("'\"")
+    return values
+
+
+def load_keys() -> list[str]:
+    """Read known keys from the ``.env`` files into ``os.environ`` without overriding set variables.
+
+    Returns the names (never the values) of the keys that are now available.
+    """
+    for dotenv in (home_dir() / ".env", Path.home() / ".hermes" / ".env"):
+        if not dotenv.is_file():
+            continue
+        for key, value in _parse_dotenv(dotenv).items():
+            if key in KNOWN_KEYS and value and not os.environ.get(key):
+                os.environ[key] = value
+    return [key for key in KNOWN_KEYS if os.environ.get(key)]
+
+
+def secret_values() -> list[str]:
+    """The values of the known keys now set, for redaction of logs and saved configs."""
+    return [value for key in KNOWN_KEYS if (value := os.environ.get(key))]

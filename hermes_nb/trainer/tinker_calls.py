@@ -1,0 +1,266 @@
+"""The one door to a Tinker API server: the SDK import, the connection, the checks before a run starts, and every
+blocking call with its retries.
+
+Every SDK method hermes-nb calls is listed in ``SDK_CALLS`` with the keyword arguments it passes, and a test
+checks that list against the source of the Tinker modules and against the newest SDK, so a renamed method or
+argument shows up as a failing test rather than as a run that fails on a user's GPUs.
+
+Faults: the SDK already retries network errors inside each call (for up to five minutes); what it gives up on
+reaches ``RemoteCalls.wait``, which retries network errors, 5xx and rate limits again with exponential backoff,
+counts every retry (``TinkerRunInfo.retries``, shown by status), and fails the run with a ``TinkerError`` naming the
+server and the last error once ``tinker.give_up_after_s`` has passed without an answer. A call that does not
+return within that time at all (the SDK still retrying a server that went away) fails the same way.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, TypeVar
+
+from hermes_nb.errors import TinkerError
+from hermes_nb.protocol.tinker import public_url
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+KEY_VAR = "TINKER_API_KEY"
+INSTALL_HINT = "pip install 'hermes-nb[tinker]'"
+# The SDK and server pairs this version of hermes-nb was verified with (README, "Training on Tinker").
+VERIFIED = "skyrl 0.3.0 with tinker 0.24.1"
+# Backoff between our own retries: doubling from 1 s, capped so a server that comes back is noticed soon.
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 30.0
+# The checks before a run starts: a server that cannot list its models within this is reported at once rather
+# than after the SDK's own five minutes of retries.
+PREFLIGHT_TIMEOUT_S = 30.0
+# The Tinker API's health endpoint (the SDK's ``service.health_check`` asks the same path).
+HEALTH_PATH = "/api/v1/healthz"
+PROBE_TIMEOUT_S = 5.0
+# HTTP statuses worth another try: the server is overloaded, restarting or rate-limiting, not refusing the request.
+RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+# (object, method, keyword arguments hermes-nb passes): checked against the SDK by tests/unit/test_tinker_sdk.py.
+SDK_CALLS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("ServiceClient", "__init__", ("base_url", "api_key")),
+    ("ServiceClient", "get_server_capabilities", ()),
+    ("ServiceClient", "create_lora_training_client", ("base_model", "rank", "seed")),
+    ("ServiceClient", "create_sampling_client", ("model_path",)),
+    ("ServiceClient", "create_rest_client", ()),
+    ("TrainingClient", "forward", ("data", "loss_fn")),
+    ("TrainingClient", "forward_backward", ("data", "loss_fn", "loss_fn_config")),
+    ("TrainingClient", "optim_step", ("adam_params",)),
+    ("TrainingClient", "save_state", ("name",)),
+    ("TrainingClient", "load_state", ("path",)),
+    ("TrainingClient", "load_state_with_optimizer", ("path",)),
+    ("TrainingClient", "save_weights_for_sampler", ("name",)),
+    ("TrainingClient", "save_weights_and_get_sampling_client", ()),
+    ("TrainingClient", "get_tokenizer", ()),
+    ("SamplingClient", "sample", ("prompt", "num_samples", "sampling_params")),
+    ("ModelInput", "from_ints", ("tokens",)),
+    ("Datum", "__init__", ("model_input", "loss_fn_inputs")),
+    ("AdamParams", "__init__", ("learning_rate", "beta1", "beta2", "eps", "weight_decay", "grad_clip_norm")),
+    ("SamplingParams", "__init__", ("max_tokens", "temperature", "top_p", "seed", "stop")),
+)
+
+
+# Calls that exist in some SDK versions only: every SDK must offer one whole alternative of each group (checked like
+# SDK_CALLS). The final weights' download moved from an archive of the sampler weights (tinker 0.24) to an export
+# as "external weights", one signed URL per file (tinker 0.38), which SkyRL 0.3.0 does not serve.
+SDK_ALTERNATIVES: dict[str, tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...]] = {
+    "download the final weights": (
+        (
+            ("RestClient", "get_checkpoint_archive_url_from_tinker_path", ("tinker_path",)),
+            ("RestClient", "get_checkpoint_archive_url", ("training_run_id", "checkpoint_id")),
+        ),
+        (
+            ("ServiceClient", "create_training_client_from_state", ("path",)),
+            ("TrainingClient", "save_weights_external", ("name", "ttl_seconds")),
+            ("RestClient", "get_external_weights_urls", ("tinker_path",)),
+            ("RestClient", "delete_checkpoint_from_tinker_path", ("tinker_path",)),
+        ),
+    ),
+}
+
+
+def tinker_model_name(base_model: str) -> str:
+    """The name the server knows the base model by: ``embedded`` is the shipped model's directory (a self-hosted
+    server started on it offers that path); anything else is passed as written (``Qwen/Qwen3-8B``, a path)."""
+    from hermes_nb.config import EMBEDDED_BASE_MODEL, base_model_dir
+
+    return str(base_model_dir(base_model)) if base_model == EMBEDDED_BASE_MODEL else base_model
+
+
+def resolved(value: Any) -> Any:
+    """An SDK answer, whether the SDK returns it or a future of it (tinker 0.38 returns futures of the clients that
+    0.24 returned directly)."""
+    return value.result() if hasattr(value, "result") else value
+
+
+def import_tinker() -> ModuleType:
+    """The ``tinker`` SDK, or a ``TinkerError`` saying how to install it."""
+    try:
+        import tinker
+    except ImportError:
+        raise TinkerError(f"trainer.backend: 'tinker' needs the tinker SDK; install it with {INSTALL_HINT}") from None
+    return tinker
+
+
+def sdk_version() -> str:
+    return str(getattr(import_tinker(), "__version__", "unknown"))
+
+
+def api_key() -> str:
+    """``TINKER_API_KEY`` from the environment or a ``.env`` file; never printed, logged or passed on a command line."""
+    from hermes_nb.system import home
+
+    home.load_keys()
+    key = os.environ.get(KEY_VAR, "")
+    if not key:
+        raise TinkerError(
+            f"{KEY_VAR}: not set; trainer.backend 'tinker' needs it. Put {KEY_VAR}=tml-... in ~/.hermes/.env (or "
+            f"{home.home_dir() / '.env'}) or the environment (a self-hosted server checks none, but the SDK wants "
+            "one starting with 'tml-')"
+        )
+    return key
+
+
+def connect(base_url: str | None) -> Any:
+    """A ``tinker.ServiceClient`` for ``base_url`` (None: ``TINKER_BASE_URL``, else the SDK's default)."""
+    key = api_key()  # first: a missing key is the one error, whatever else is wrong
+    return import_tinker().ServiceClient(base_url=base_url or None, api_key=key)
+
+
+def status_of(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def is_retryable(exc: BaseException) -> bool:
+    tinker = import_tinker()
+    if isinstance(exc, tinker.APIConnectionError):  # includes timeouts
+        return True
+    status = status_of(exc)
+    return status is not None and status in RETRYABLE_STATUSES
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an SDK error: its status (and what a 429 means) and message, never a traceback."""
+    status = status_of(exc)
+    text = " ".join(str(exc).split())[:300] or type(exc).__name__
+    if status == 429:
+        return f"rate limited or over quota (HTTP 429): {text}"
+    return f"HTTP {status}: {text}" if status is not None else f"{type(exc).__name__}: {text}"
+
+
+class RemoteCalls:
+    """Runs blocking SDK calls with retries and a deadline, and counts what happened (read by the status)."""
+
+    def __init__(self, base_url: str | None, give_up_after_s: float) -> None:
+        self.url = public_url(base_url)
+        self.give_up_after_s = give_up_after_s
+        self.retries = 0
+        self.rate_limited = 0
+        self.last_error: str | None = None
+
+    def wait(self, what: str, call: Callable[[], Any]) -> Any:
+        """``call()`` and, when it returns a future, its result; retried as the module docstring says."""
+        deadline = time.monotonic() + self.give_up_after_s
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                return self._result(call(), deadline)
+            except TimeoutError:
+                raise self.unavailable(what, self.probe()) from None
+            except Exception as exc:
+                if not is_retryable(exc):
+                    raise self.refused(what, exc) from None
+                self.last_error = describe(exc)
+                self.retries += 1
+                self.rate_limited += int(status_of(exc) == 429)
+                if time.monotonic() + delay > deadline:
+                    raise self.unavailable(what, self.last_error) from None
+                logger.warning("Tinker %s failed (%s); retry %d in %.0f s", what, self.last_error, self.retries, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+    @staticmethod
+    def _result(value: Any, deadline: float) -> Any:
+        if not hasattr(value, "result"):
+            return value
+        return value.result(timeout=max(0.1, deadline - time.monotonic()))
+
+    def probe(self) -> str:
+        """Why a call got no answer, as far as the server's health endpoint tells (the SDK keeps its own retries'
+        errors to itself)."""
+        import httpx
+
+        if not self.url.startswith(("http://", "https://")):
+            return "no answer (the SDK was still retrying)"
+        try:
+            answer = httpx.get(f"{self.url.rstrip('/')}{HEALTH_PATH}", timeout=PROBE_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: {' '.join(str(exc).split()) or 'no detail'}"
+        return f"no answer to the call, though {HEALTH_PATH} answers HTTP {answer.status_code}"
+
+    def unavailable(self, what: str, last_error: str) -> TinkerError:
+        return TinkerError(
+            f"Tinker server at {self.url} did not answer {what} for {self.give_up_after_s:.0f} s "
+            f"(tinker.give_up_after_s); last error: {last_error}"
+        )
+
+    def refused(self, what: str, exc: BaseException) -> TinkerError:
+        """A non-retryable answer. A 4xx/5xx on a well-formed request usually means the server speaks another
+        version of the Tinker API than the SDK does, so the versions are named."""
+        self.last_error = describe(exc)
+        return TinkerError(
+            f"Tinker server at {self.url} refused {what}: {self.last_error} (tinker SDK {sdk_version()}; the SDK and "
+            f"the server must speak the same Tinker API version; verified: {VERIFIED})"
+        )
+
+
+def in_thread(call: Callable[[], T]) -> concurrent.futures.Future[T]:
+    """Run a blocking SDK call on a daemon thread, so a caller can stop waiting for it (the SDK's synchronous
+    methods retry a missing server for minutes, and a daemon thread never holds the process open)."""
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def target() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=target, name="tinker-call", daemon=True).start()
+    return future
+
+
+def offered_models(service: Any, calls: RemoteCalls) -> list[str]:
+    capabilities = calls.wait("get_server_capabilities", lambda: in_thread(service.get_server_capabilities))
+    return [str(m.model_name) for m in capabilities.supported_models]
+
+
+def check_base_model(service: Any, base_model: str, calls: RemoteCalls) -> None:
+    """Refuse a base model the server does not offer, listing what it does."""
+    offered = offered_models(service, calls)
+    if base_model not in offered:
+        shown = ", ".join(repr(m) for m in offered) or "none"
+        raise TinkerError(
+            f"trainer.base_model: {base_model!r} is not offered by the Tinker server at {calls.url}; it offers {shown}"
+        )
+
+
+def check_config(config: Any) -> None:
+    """What can be known before a run on Tinker starts: a LoRA rank, a key, a server that answers and offers the
+    base model. Each failure is one ``TinkerError`` line; nothing is created. Runs in ``tinker_preflight``'s child
+    process: the SDK's threads and connections never enter the caller's (a notebook kernel's) process."""
+    if config.trainer.lora_rank <= 0:
+        raise TinkerError("trainer.lora_rank: Tinker trains LoRA adapters only; set a rank >= 1 (e.g. 32)")
+    service = connect(config.tinker.base_url)
+    calls = RemoteCalls(config.tinker.base_url, min(config.tinker.give_up_after_s, PREFLIGHT_TIMEOUT_S))
+    check_base_model(service, tinker_model_name(config.trainer.base_model), calls)

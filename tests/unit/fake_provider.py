@@ -1,0 +1,203 @@
+"""A fake hosted model provider on loopback that behaves as OpenAI-compatible providers (OpenRouter) do.
+
+- Text only: no token ids, no logprobs; ``usage`` is always present (one token per character, so sums check).
+- ``n`` is ignored unless ``honours_n``: one choice per request, as many hosted models answer.
+- Each model's first request is answered 429 with ``Retry-After`` (``retry_after``), once.
+- The key is checked from the ``Authorization`` header; a wrong one is refused with a 401 whose message echoes
+  what was sent (some providers do), so a test can check that the echo never reaches a result or a log.
+- Models behave by name: answers are computed from the prompt for every shipped environment's format
+  (``solve``), right for most models, wrong for ``WRONG``, right but wordy for ``VERBOSE``; ``CHAT_ONLY`` answers
+  404 on ``/completions``; ``REFUSING`` refuses (content filter), ``EMPTY`` answers nothing, ``FAILING`` answers 503
+  and ``SLOW`` answers after ``slow_s``.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the route annotations of the local imports below.
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from hermes_nb.system.net import LOOPBACK, free_port
+
+FAKE_KEY = "sk-fake-provider-0123456789"
+# The variable an endpoint URL's key is read from in these tests, named by HERMES_NB_TEST_API_KEY_ENV.
+KEY_VAR = "FAKE_PROVIDER_KEY"
+SOLVER = "fake/solver"
+WRONG = "fake/wrong"
+VERBOSE = "fake/verbose"
+CHAT_ONLY = "fake/chat-only"
+REFUSING = "fake/refusing"
+EMPTY = "fake/empty"
+FAILING = "fake/failing"
+SLOW = "fake/slow"
+
+
+@dataclass
+class Call:
+    path: str
+    model: str
+    status: int
+    prompt: str
+
+
+@dataclass
+class ProviderState:
+    api_key: str = FAKE_KEY
+    retry_after: str = "1"
+    rate_limit_first: bool = True
+    honours_n: bool = False
+    chat_only: set[str] = field(default_factory=lambda: {CHAT_ONLY})
+    slow_s: float = 2.0
+    calls: list[Call] = field(default_factory=list)
+    limited: set[str] = field(default_factory=set)  # models whose one 429 was sent
+
+    def calls_of(self, model: str) -> list[Call]:
+        return [c for c in self.calls if c.model == model]
+
+
+def solve(prompt: str) -> str:
+    """The answer to a prompt of any shipped environment (arithmetic, reverse, sort, count)."""
+    body = prompt.strip().removesuffix("=")
+    if body.startswith("rev:"):
+        return body[4:][::-1]
+    if body.startswith("sort:"):
+        return "".join(sorted(body[5:]))
+    if body.startswith("count:"):
+        _, letter, text = body.split(":")
+        return str(text.count(letter))
+    left, op, right = body.partition("+") if "+" in body else body.partition("-")
+    try:
+        return str(int(left) + int(right) if op == "+" else int(left) - int(right))
+    except ValueError:
+        return "?"
+
+
+def answer(model: str, prompt: str) -> tuple[str | None, str]:
+    """(text, finish_reason) that ``model`` gives to ``prompt``."""
+    right = solve(prompt)
+    if model == WRONG:
+        return right + "9", "stop"  # a different answer, never the right one inside a longer text
+    if model == VERBOSE:
+        return f"The answer is {right}.", "stop"
+    if model == REFUSING:
+        return None, "content_filter"
+    if model == EMPTY:
+        return "", "stop"
+    return right, "stop"
+
+
+def make_provider_app(state: ProviderState) -> Any:
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI()
+
+    async def gate(request: Request, path: str) -> tuple[dict[str, Any], Any]:
+        """The request body, and the error answer to send instead (or None)."""
+        body = await request.json()
+        model = str(body.get("model", ""))
+        prompt = body.get("prompt") if "prompt" in body else (body.get("messages") or [{}])[-1].get("content", "")
+        sent = request.headers.get("authorization", "")
+        error: Any = None
+        if sent != f"Bearer {state.api_key}":
+            error = JSONResponse({"error": {"message": f"invalid key: {sent}", "code": 401}}, status_code=401)
+        elif state.rate_limit_first and model not in state.limited:
+            state.limited.add(model)
+            headers = {"Retry-After": state.retry_after}
+            error = JSONResponse({"error": {"message": "rate limited", "code": 429}}, status_code=429, headers=headers)
+        elif path == "completions" and model in state.chat_only:
+            error = JSONResponse({"error": {"message": f"{model} serves chat only", "code": 404}}, status_code=404)
+        elif model == FAILING:
+            error = JSONResponse({"error": {"message": "upstream overloaded", "code": 503}}, status_code=503)
+        state.calls.append(Call(path, model, error.status_code if error else 200, str(prompt)))
+        if model == SLOW and error is None:
+            await asyncio.sleep(state.slow_s)
+        return body, error
+
+    def choices(body: dict[str, Any], prompt: str, chat: bool) -> tuple[list[dict[str, Any]], int]:
+        count = int(body.get("n", 1)) if state.honours_n else 1
+        text, finish = answer(str(body.get("model", "")), prompt)
+        made = []
+        for index in range(count):
+            content = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+            made.append({"index": index, "finish_reason": finish, **content})
+        return made, count * len(text or "")
+
+    def usage(prompt: str, generated: int) -> dict[str, int]:
+        return {"prompt_tokens": len(prompt), "completion_tokens": generated, "total_tokens": len(prompt) + generated}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        body, error = await gate(request, "completions")
+        if error is not None:
+            return error
+        prompt = str(body["prompt"])
+        made, generated = choices(body, prompt, chat=False)
+        return {
+            "id": "cmpl-fake",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": made,
+            "usage": usage(prompt, generated),
+        }
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        body, error = await gate(request, "chat")
+        if error is not None:
+            return error
+        prompt = str(body["messages"][-1]["content"])
+        made, generated = choices(body, prompt, chat=True)
+        return {
+            "id": "chat-fake",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": made,
+            "usage": usage(prompt, generated),
+        }
+
+    @app.get("/v1/models")
+    async def models() -> Any:
+        return {"object": "list", "data": [{"id": SOLVER}, {"id": WRONG}, {"id": CHAT_ONLY}]}
+
+    return app
+
+
+@contextmanager
+def fake_provider(state: ProviderState | None = None) -> Iterator[tuple[str, ProviderState]]:
+    """``(base_url, state)`` of a fake provider, ``base_url`` ending in ``/v1``, served from a thread."""
+    import uvicorn
+
+    state = state or ProviderState()
+    port = free_port()
+    config = uvicorn.Config(
+        make_provider_app(state), host=LOOPBACK, port=port, log_level="warning", access_log=False, lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("fake provider did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://{LOOPBACK}:{port}/v1", state
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def use_key(monkeypatch: Any, key: str = FAKE_KEY) -> str:
+    """Make endpoint URLs read their key from ``KEY_VAR`` holding ``key``, as a user would set it up."""
+    from hermes_nb.model_test.targets import KEY_ENV_VAR
+
+    monkeypatch.setenv(KEY_ENV_VAR, KEY_VAR)
+    monkeypatch.setenv(KEY_VAR, key)
+    return key
