@@ -20,8 +20,10 @@ interpreter="python3"
 if [ -n "$version" ]; then
     interpreter="python$version"
     # Run it rather than look it up: a pyenv shim is found on PATH even when its version is not the active one.
-    if ! "$interpreter" -c '' >/dev/null 2>&1 && command -v pyenv >/dev/null 2>&1; then
-        candidate="$(ls -d "$(pyenv root)/versions/$version"* 2>/dev/null | sort -V | tail -n 1)"
+    if ! "$interpreter" -c '' >/dev/null 2>&1; then
+        # pyenv's versions, whether or not pyenv itself is on PATH.
+        pyenv_root="$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")"
+        candidate="$(ls -d "$pyenv_root/versions/$version"* 2>/dev/null | sort -V | tail -n 1)"
         [ -n "$candidate" ] && interpreter="$candidate/bin/python"
     fi
 fi
