@@ -131,28 +131,33 @@ def make_inference_app(state: FakeInferenceState) -> Any:
 
 
 @contextmanager
-def fake_inference_server(state: FakeInferenceState | None = None) -> Iterator[tuple[str, FakeInferenceState]]:
-    """``(url, state)`` of a fake inference server on a loopback port, served from a thread of this process."""
+def serve_in_thread(app: Any, what: str) -> Iterator[str]:
+    """``http://127.0.0.1:PORT`` of ``app`` served by uvicorn from a thread of this process, stopped on leaving."""
     import uvicorn
 
-    state = state or FakeInferenceState()
     port = free_port()
-    config = uvicorn.Config(
-        make_inference_app(state), host=LOOPBACK, port=port, log_level="warning", access_log=False, lifespan="off"
-    )
+    config = uvicorn.Config(app, host=LOOPBACK, port=port, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("fake inference server did not start")
+            raise RuntimeError(f"{what} did not start")
         time.sleep(0.02)
     try:
-        yield f"http://{LOOPBACK}:{port}", state
+        yield f"http://{LOOPBACK}:{port}"
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@contextmanager
+def fake_inference_server(state: FakeInferenceState | None = None) -> Iterator[tuple[str, FakeInferenceState]]:
+    """``(url, state)`` of a fake inference server on a loopback port, served from a thread of this process."""
+    state = state or FakeInferenceState()
+    with serve_in_thread(make_inference_app(state), "fake inference server") as url:
+        yield url, state
 
 
 @contextmanager

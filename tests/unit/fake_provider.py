@@ -14,14 +14,13 @@
 # No `from __future__ import annotations`: FastAPI reads the route annotations of the local imports below.
 
 import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_nb.system.net import LOOPBACK, free_port
+from env_runtime_fakes import serve_in_thread
 
 FAKE_KEY = "sk-fake-provider-0123456789"
 # The variable an endpoint URL's key is read from in these tests, named by HERMES_NB_TEST_API_KEY_ENV.
@@ -172,26 +171,9 @@ def make_provider_app(state: ProviderState) -> Any:
 @contextmanager
 def fake_provider(state: ProviderState | None = None) -> Iterator[tuple[str, ProviderState]]:
     """``(base_url, state)`` of a fake provider, ``base_url`` ending in ``/v1``, served from a thread."""
-    import uvicorn
-
     state = state or ProviderState()
-    port = free_port()
-    config = uvicorn.Config(
-        make_provider_app(state), host=LOOPBACK, port=port, log_level="warning", access_log=False, lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("fake provider did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://{LOOPBACK}:{port}/v1", state
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with serve_in_thread(make_provider_app(state), "fake provider") as url:
+        yield f"{url}/v1", state
 
 
 def use_key(monkeypatch: Any, key: str = FAKE_KEY) -> str:
