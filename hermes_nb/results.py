@@ -43,7 +43,7 @@ def _redact(value: Any, secrets: list[str]) -> Any:
     return value
 
 
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
+def html_table(headers: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_short(c))}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -115,9 +115,9 @@ class EnvironmentList(Result):
 
     def _html_body(self) -> str:
         rows = [[e.name, e.class_name, _framework_mark(e) + e.description, e.file] for e in self.environments]
-        out = _table(["name", "class", "description", "file"], rows)
+        out = html_table(["name", "class", "description", "file"], rows)
         if self.errors:
-            out += "<p><b>Not scanned:</b></p>" + _table(
+            out += "<p><b>Not scanned:</b></p>" + html_table(
                 ["file", "line", "problem"], [[e.file, e.line or "", e.message] for e in self.errors]
             )
         return out
@@ -178,8 +178,8 @@ class ConfigView(Result):
             for f in self.configurable
         ]
         title = f"<p><b>environment:</b> {html.escape(self.environment or '(none selected)')}</p>"
-        locked = _table(["locked field", "value"], [[f.name, f.value] for f in self.locked])
-        return title + _table(["field", "value", "default", "type", "accepted", "description"], rows) + locked
+        locked = html_table(["locked field", "value"], [[f.name, f.value] for f in self.locked])
+        return title + html_table(["field", "value", "default", "type", "accepted", "description"], rows) + locked
 
 
 def _jsonable(value: Any) -> Any:
@@ -263,4 +263,5 @@ class EditResult(Result):
     def _html_body(self) -> str:
         rows = [[k, self.previous.get(k), v] for k, v in self.changed.items()]
         note = f"<p>not applied (locked): {html.escape(', '.join(self.ignored))}</p>" if self.ignored else ""
-        return f"<p>{html.escape(self.message)}</p>" + (_table(["field", "was", "now"], rows) if rows else "") + note
+        table = html_table(["field", "was", "now"], rows) if rows else ""
+        return f"<p>{html.escape(self.message)}</p>" + table + note

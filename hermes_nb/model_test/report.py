@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from hermes_nb.protocol.trajectory import ScoredDataGroup
-from hermes_nb.results import Result
+from hermes_nb.results import Result, html_table
 
 Status = Literal["ok", "no_groups", "env_failed", "server_failed", "endpoint_failed", "timed_out"]
 
@@ -256,12 +256,11 @@ def _sample_line(sample: SampledAnswer) -> str:
 
 
 def _html_table(results: list[ModelTestResult]) -> str:
-    head = "".join(f"<th style='text-align:left'>{h}</th>" for h in HEADERS)
-    body = ""
-    for r in results:
-        cells = [r.model, r.scale or "", r.status, f"{r.accuracy:.1%} ({r.correct}/{r.completions})", *_figures(r)]
-        body += "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    rows = [
+        [r.model, r.scale or "", r.status, f"{r.accuracy:.1%} ({r.correct}/{r.completions})", *_figures(r)]
+        for r in results
+    ]
+    return html_table(list(HEADERS), rows)
 
 
 def _html_bars(results: list[ModelTestResult]) -> str:

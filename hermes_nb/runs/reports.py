@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from hermes_nb.protocol.checkpoints import CheckpointRecord
 from hermes_nb.protocol.tinker import TinkerRunInfo
-from hermes_nb.results import Result, _table
+from hermes_nb.results import Result, html_table
 from hermes_nb.runs.damage import Damage
 from hermes_nb.runs.state import TERMINAL_STATUSES
 
@@ -205,7 +205,7 @@ class RunStatus(Result):
         if (remote := self._tinker_text()) is not None:
             rows.append(["Tinker", remote])
         error = f"<pre style='color:#b00'>{self.error}</pre>" if self.error else ""
-        return f"<p>{head}</p>{_table(['', ''], rows)}{error}{_damage_html(self.damaged)}"
+        return f"<p>{head}</p>{html_table(['', ''], rows)}{error}{_damage_html(self.damaged)}"
 
 
 class StopResult(Result):
@@ -258,7 +258,7 @@ class RunList(Result):
             [r.run_id, r.environment, r.status, f"{r.step}/{r.total_steps}", "; ".join(str(d) for d in r.damaged)]
             for r in self.runs
         ]
-        return _table(["run", "environment", "status", "step", "damaged"], rows)
+        return html_table(["run", "environment", "status", "step", "damaged"], rows)
 
 
 class RunResults(Result):
