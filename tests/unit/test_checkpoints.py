@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from trained_backend import trained_backend
 
 from hermes_nb.config import RunConfig
 from hermes_nb.protocol.checkpoints import read_checkpoints
@@ -16,7 +17,6 @@ from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.testing import make_tiny_model
 from hermes_nb.trainer.checkpoints import load_checkpoint, read_trajectories, record_batch, save_checkpoint
 from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.types import AdamParams, Datum
 
 torch.set_num_threads(1)
 
@@ -26,24 +26,10 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
-def _trained_backend(model_dir: Path) -> LocalBackend:
-    backend = LocalBackend(model_dir)
-    datum = Datum(
-        input_tokens_T=[5, 6, 7],
-        target_tokens_T=[6, 7, 8],
-        weights_T=[0, 1, 1],
-        sampling_logprobs_T=[0.0, -4.0, -4.0],
-        advantages_T=[1.0, 1.0, 1.0],
-    )
-    backend.forward_backward([datum], "importance_sampling")
-    backend.optim_step(AdamParams(learning_rate=1e-2))
-    return backend
-
-
 def test_checkpoint_holds_model_tokenizer_state_and_config(model_dir: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    backend = _trained_backend(model_dir)
+    backend = trained_backend(model_dir)
     config = RunConfig(env={"total_steps": 3})
     record = save_checkpoint(backend, config, tmp_path, 3, "final", {"train/loss": 0.5})
     path = Path(record.path)
@@ -61,7 +47,7 @@ def test_checkpoint_holds_model_tokenizer_state_and_config(model_dir: Path, tmp_
 
 
 def test_load_checkpoint_restores_step_and_rng(model_dir: Path, tmp_path: Path) -> None:
-    backend = _trained_backend(model_dir)
+    backend = trained_backend(model_dir)
     record = save_checkpoint(backend, RunConfig(), tmp_path, 5, "interval")
     expected = torch.rand(3)
     assert load_checkpoint(LocalBackend(model_dir), Path(record.path)) == 5
@@ -69,7 +55,7 @@ def test_load_checkpoint_restores_step_and_rng(model_dir: Path, tmp_path: Path) 
 
 
 def test_a_checkpoint_saved_with_a_diverged_loss_is_still_listed(model_dir: Path, tmp_path: Path) -> None:
-    save_checkpoint(_trained_backend(model_dir), RunConfig(), tmp_path, 2, "interval", {"train/loss": math.nan})
+    save_checkpoint(trained_backend(model_dir), RunConfig(), tmp_path, 2, "interval", {"train/loss": math.nan})
     assert [(r.step, r.metrics) for r in read_checkpoints(tmp_path / CHECKPOINTS_FILE)] == [(2, {})]
 
 

@@ -20,6 +20,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 from small_disk import fill, resize, small_disk
+from trained_backend import trained_backend
 
 from hermes_nb.config import RunConfig
 from hermes_nb.metrics.logger import MetricsLogger
@@ -38,7 +39,6 @@ from hermes_nb.trainer.checkpoints import (
     trajectories_tail,
 )
 from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.types import AdamParams, Datum
 
 torch.set_num_threads(1)
 
@@ -61,24 +61,10 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
-def _trained_backend(model_dir: Path) -> LocalBackend:
-    backend = LocalBackend(model_dir)
-    datum = Datum(
-        input_tokens_T=[5, 6, 7],
-        target_tokens_T=[6, 7, 8],
-        weights_T=[0, 1, 1],
-        sampling_logprobs_T=[0.0, -4.0, -4.0],
-        advantages_T=[1.0, 1.0, 1.0],
-    )
-    backend.forward_backward([datum], "importance_sampling")
-    backend.optim_step(AdamParams(learning_rate=1e-2))
-    return backend
-
-
 def test_a_checkpoint_that_does_not_fit_leaves_the_previous_one_listed_and_loadable(
     model_dir: Path, tmp_path: Path
 ) -> None:
-    backend = _trained_backend(model_dir)
+    backend = trained_backend(model_dir)
     with small_disk(tmp_path / "run", ONE_CHECKPOINT_DISK) as run_dir:
         first = save_checkpoint(backend, RunConfig(), run_dir, 1, "interval")
         free_before = free_bytes(run_dir)
