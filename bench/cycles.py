@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # the kernel driver the kernel-side tests use
 
 import psutil  # after the path set-up  # noqa: E402
-from kernel_session import KernelSession  # noqa: E402
+from kernel_session import SETTLED_LEAKS, KernelSession  # noqa: E402
 from report import append_run, run_block  # noqa: E402
 from startup import import_floor_seconds  # noqa: E402
 
@@ -49,7 +49,8 @@ INTRO = (
 LONG_RUN = "total_steps=1000"
 FIRST_STEP_TIMEOUT_S = 300
 
-KERNEL_SETUP = f"""
+KERNEL_SETUP = (
+    f"""
 %load_ext hermes_nb
 import gc, json, threading, time
 from hermes_nb import run_sync
@@ -70,25 +71,9 @@ def cycle():
     print(json.dumps({{"run_id": run_id, "status": stopped.status, "first_step_s": t1 - t0, "stop_s": t2 - t1,
                       "rss": footprint().rss_bytes}}))
 
-def quiet(timeout=30.0):
-    # The plot's and the monitors' threads end by themselves within an interval of their run's end.
-    deadline = time.monotonic() + timeout
-    while any(t.name.startswith(("hermes-nb-live-plot", "hermes-nb-run-monitor")) for t in threading.enumerate()):
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    gc.collect()
-
-def settled_leaks(before, timeout=30.0):
-    quiet()
-    deadline = time.monotonic() + timeout
-    while True:
-        gc.collect()
-        found = leaks(before, footprint())
-        if found.none or time.monotonic() > deadline:
-            return found
-        time.sleep(0.5)
 """
+    + SETTLED_LEAKS
+)
 
 
 def run_leftovers(run_id: str) -> tuple[list[str], list[int]]:

@@ -69,3 +69,28 @@ class KernelSession:
     def shutdown(self) -> None:
         self.client.stop_channels()
         self.manager.shutdown_kernel(now=True)
+
+
+# Kernel-side helpers for leak checks (sent into the kernel, which has imported gc, threading, time, footprint and
+# leaks): wait for the plot's and monitors' threads to end, then compare the kernel's footprint with ``before``
+# until it settles or ``timeout`` passes.
+SETTLED_LEAKS = """
+def quiet(timeout=30.0):
+    # The plot's and the monitors' threads end by themselves within an interval of their run's end.
+    deadline = time.monotonic() + timeout
+    while any(t.name.startswith(("hermes-nb-live-plot", "hermes-nb-run-monitor")) for t in threading.enumerate()):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    gc.collect()
+
+def settled_leaks(before, timeout=30.0):
+    quiet()
+    deadline = time.monotonic() + timeout
+    while True:
+        gc.collect()
+        found = leaks(before, footprint())
+        if found.none or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+"""

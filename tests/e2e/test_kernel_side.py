@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from kernel_session import KernelSession
+from kernel_session import SETTLED_LEAKS, KernelSession
 from run_helpers import wait_for_status
 
 from hermes_nb.runs.ids import new_run_id
@@ -84,7 +84,8 @@ def test_after_a_kernel_restart_rl_watch_and_the_dashboard_follow_the_running_ru
 
 # In the kernel: one start/stop cycle as a user makes it, alternately with the magics (a live plot and a run
 # monitor shown for each run) and with the dashboard's Start and Stop buttons.
-CYCLE = f"""
+CYCLE = (
+    f"""
 import json
 import hermes_nb
 from hermes_nb.notebook.widgets.monitor import RunMonitor
@@ -113,25 +114,9 @@ def cycle(i):
         get_ipython().run_line_magic("rl_stop", "")
     assert status_of(run_id).status == "stopped"
 
-def quiet(timeout=30.0):
-    # The plot's and the monitors' threads end by themselves within an interval of their run's end.
-    deadline = time.monotonic() + timeout
-    while any(t.name.startswith(("hermes-nb-live-plot", "hermes-nb-run-monitor")) for t in threading.enumerate()):
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    gc.collect()
-
-def settled_leaks(before, timeout=30.0):
-    quiet()
-    deadline = time.monotonic() + timeout
-    while True:
-        gc.collect()
-        found = leaks(before, footprint())
-        if found.none or time.monotonic() > deadline:
-            return found
-        time.sleep(0.5)
 """
+    + SETTLED_LEAKS
+)
 
 
 @pytest.mark.timeout(1500)  # ~40 s a cycle on two busy cores
