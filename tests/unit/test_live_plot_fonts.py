@@ -12,16 +12,22 @@ from hermes_nb.notebook.live_plot import release_thread_fonts
 from hermes_nb.system.footprint import footprint, leaks
 
 
-def draw_text_in_a_thread() -> None:
+def draw_text_in_threads(count: int) -> None:
+    """Threads that are alive together, so each has its own ident (an ended thread's ident is reused)."""
+    all_drawn = threading.Barrier(count)
+
     def draw() -> None:
         figure = Figure()
         FigureCanvasAgg(figure)
         figure.text(0.5, 0.5, "step 1")
         figure.canvas.draw()
+        all_drawn.wait(timeout=60)
 
-    thread = threading.Thread(target=draw)
-    thread.start()
-    thread.join()
+    threads = [threading.Thread(target=draw) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def font_files(targets: list[str]) -> list[str]:
@@ -30,8 +36,7 @@ def font_files(targets: list[str]) -> list[str]:
 
 def test_fonts_of_ended_drawing_threads_stay_open_until_released() -> None:
     before = footprint()
-    for _ in range(3):
-        draw_text_in_a_thread()
+    draw_text_in_threads(3)
     held = font_files(leaks(before, footprint()).new_fd_targets)
 
     release_thread_fonts()
