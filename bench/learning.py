@@ -29,10 +29,37 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "configs" / "quickstart.yaml"
-ENVIRONMENT = "arithmetic"
-TARGET_LIFT = 0.30  # issue 3: +30 points of held-out accuracy within 3 minutes of training
 POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class LearningBench:
+    """What one learning bench measures: an environment and a config, a lift to reach within a budget."""
+
+    environment: str
+    config: Path
+    target_lift: float
+    budget_s: float
+    heading: str
+    intro: str
+    script: str
+
+
+QUICKSTART_BENCH = LearningBench(
+    environment="arithmetic",
+    config=ROOT / "configs" / "quickstart.yaml",
+    target_lift=0.30,  # issue 3: +30 points of held-out accuracy within 3 minutes of training
+    budget_s=180.0,
+    heading="## Learning",
+    intro=(
+        "`bench/learning.py`: the quickstart config (`configs/quickstart.yaml`, 2-digit addition on the embedded\n"
+        "base model) through `rl_start_training`, one run per seed (trainer and environment seed). Time 0 is the\n"
+        "first trainer step; evaluation pauses (greedy, held-out) are charged to the clock. Target (issue 3):\n"
+        "+30 points of held-out accuracy within 180 s, on this two-core machine shared with other jobs (the load\n"
+        "average is printed with each run).\n"
+    ),
+    script="bench/learning.py",
+)
 
 
 @dataclass
@@ -80,7 +107,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def one_run(seed: int, budget: float, config: Path, overrides: dict[str, Any]) -> SeedResult:
+def one_run(bench: LearningBench, seed: int, budget: float, config: Path, overrides: dict[str, Any]) -> SeedResult:
     from hermes_nb.api import (
         rl_check_status,
         rl_load_config,
@@ -90,7 +117,7 @@ def one_run(seed: int, budget: float, config: Path, overrides: dict[str, Any]) -
     )
     from hermes_nb.protocol.run_layout import RunPaths
 
-    asyncio.run(rl_select_environment(ENVIRONMENT))
+    asyncio.run(rl_select_environment(bench.environment))
     asyncio.run(rl_load_config(config))
     launched = time.time()
     started = asyncio.run(rl_start_training(**{"trainer.seed": seed, "env.seed": seed, **overrides}))
@@ -133,72 +160,58 @@ def collect(seed: int, paths: Any, launched: float, t0: float) -> SeedResult:
     return result
 
 
-def describe(result: SeedResult, budget: float) -> list[str]:
+def describe(result: SeedResult, budget: float, target: float) -> list[str]:
     curve = ", ".join(f"{acc * 100:.1f}% (step {step}, {sec:.0f} s)" for step, sec, acc in result.evals)
-    reached = result.seconds_to(TARGET_LIFT)
+    reached = result.seconds_to(target)
     return [
         f"seed {result.seed}: start {result.start_accuracy * 100:.1f}%  start-up {result.startup_s:.1f} s  "
         f"median {result.seconds_per_step:.3f} s/step  load avg {result.load[0]:.1f}",
         f"  evals: {curve}",
         f"  within {budget:.0f} s: best lift {result.best_lift(budget) * 100:+.1f} points, "
-        f"last {result.last_lift(budget) * 100:+.1f}; +{TARGET_LIFT * 100:.0f} first reached at "
+        f"last {result.last_lift(budget) * 100:+.1f}; +{target * 100:.0f} first reached at "
         + (f"{reached:.0f} s" if reached is not None else "never"),
     ]
 
 
-def summary(results: list[SeedResult], budget: float) -> list[str]:
-    passed = [r for r in results if r.best_lift(budget) >= TARGET_LIFT - 1e-9]
+def summary(results: list[SeedResult], budget: float, target: float) -> list[str]:
+    passed = [r for r in results if r.best_lift(budget) >= target - 1e-9]
     lifts = [r.best_lift(budget) * 100 for r in results]
     return [
-        f"seeds reaching +{TARGET_LIFT * 100:.0f} within {budget:.0f} s: {len(passed)}/{len(results)}  "
+        f"seeds reaching +{target * 100:.0f} within {budget:.0f} s: {len(passed)}/{len(results)}  "
         f"(best lifts {', '.join(f'{x:+.1f}' for x in lifts)}; median {statistics.median(lifts):+.1f})"
     ]
 
 
-def write_docs(lines: list[str], command: str) -> None:
-    from report import append_run, run_block
-
-    append_run("## Learning", LEARNING_INTRO, run_block(f"`{command}`", lines))
-
-
-LEARNING_INTRO = (
-    "`bench/learning.py`: the quickstart config (`configs/quickstart.yaml`, 2-digit addition on the embedded\n"
-    "base model) through `rl_start_training`, one run per seed (trainer and environment seed). Time 0 is the\n"
-    "first trainer step; evaluation pauses (greedy, held-out) are charged to the clock. Target (issue 3):\n"
-    "+30 points of held-out accuracy within 180 s, on this two-core machine shared with other jobs (the load\n"
-    "average is printed with each run).\n"
-)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(bench: LearningBench = QUICKSTART_BENCH, description: str | None = __doc__) -> None:
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--budget", type=float, default=180.0, help="seconds of training (from the first step)")
-    parser.add_argument("--config", type=Path, default=QUICKSTART)
+    parser.add_argument("--budget", type=float, default=bench.budget_s, help="seconds of training from the first step")
+    parser.add_argument("--config", type=Path, default=bench.config)
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="NAME=VALUE override")
     parser.add_argument("--write", action="store_true", help="append the numbers to docs/benchmarks.md")
     args = parser.parse_args()
     overrides = parse_overrides(args.overrides)
-    lines = [
-        f"config {args.config.relative_to(ROOT) if args.config.is_relative_to(ROOT) else args.config}"
-        + (f" with {overrides}" if overrides else "")
-    ]
+    config_name = args.config.relative_to(ROOT) if args.config.is_relative_to(ROOT) else args.config
+    lines = [f"environment {bench.environment}, config {config_name}" + (f" with {overrides}" if overrides else "")]
     print(lines[0], flush=True)
     results = []
     for seed in args.seeds:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["HERMES_NB_HOME"] = tmp
             os.environ.setdefault("WANDB_MODE", "offline")
-            result = one_run(seed, args.budget, args.config, overrides)
+            result = one_run(bench, seed, args.budget, args.config, overrides)
         results.append(result)
-        for line in describe(result, args.budget):
+        for line in describe(result, args.budget, bench.target_lift):
             print(line, flush=True)
             lines.append(line)
-    for line in summary(results, args.budget):
+    for line in summary(results, args.budget, bench.target_lift):
         print(line)
         lines.append(line)
     if args.write:
-        write_docs(lines, ".venv/bin/python bench/learning.py " + " ".join(sys.argv[1:]))
+        from report import append_run, run_block
+
+        command = f".venv/bin/python {bench.script} " + " ".join(sys.argv[1:])
+        append_run(bench.heading, bench.intro, run_block(f"`{command}`", lines))
 
 
 if __name__ == "__main__":

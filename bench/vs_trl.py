@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "environments"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import arithmetic  # noqa: E402  (the shipped environment, used in process for its items and checker)
-from learning import QUICKSTART, read_rows  # noqa: E402
+from learning import QUICKSTART_BENCH, read_rows  # noqa: E402
 
 GROUP_SIZE = 16
 BATCH_SIZE = 128  # completions per step: 8 prompts x 16
@@ -84,7 +84,7 @@ class Curve:
 def quickstart_learning_rate() -> float:
     from hermes_nb.config import RunConfig
 
-    return RunConfig.load(QUICKSTART).trainer.learning_rate
+    return RunConfig.load(QUICKSTART_BENCH.config).trainer.learning_rate
 
 
 # ---- hermes-nb ----------------------------------------------------------------------------------------------
@@ -101,7 +101,7 @@ def run_hermes(seed: int, lr: float, eval_every: int, target: float, max_seconds
     from hermes_nb.protocol.run_layout import RunPaths
 
     asyncio.run(rl_select_environment("arithmetic"))
-    asyncio.run(rl_load_config(QUICKSTART))
+    asyncio.run(rl_load_config(QUICKSTART_BENCH.config))
     overrides: dict[str, Any] = {
         "group_size": GROUP_SIZE,
         "batch_size": BATCH_SIZE,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from hermes_nb.env import faults
 from hermes_nb.env.types import Item, SampledCompletion
 from hermes_nb.errors import HermesNBError
 from hermes_nb.protocol.trajectory import ScoredDataGroup
@@ -29,8 +30,6 @@ logger = logging.getLogger(__name__)
 # An environment may return None for a group (nothing to learn from); give it this many tries per wanted
 # group before concluding it will not produce N groups.
 MAX_ATTEMPTS_PER_GROUP = 5
-# As in serve: this many errors in a row means something is broken.
-MAX_CONSECUTIVE_FAILURES = 20
 
 
 class ProcessSummary(BaseModel):
@@ -92,21 +91,26 @@ async def _collect(env: BaseEnv, num_groups: int, handle: Any, recorder: _Record
     counts: dict[str, Any] = {"groups": 0, "scores": [], "correct": [], "skipped": 0, "failed": 0}
     backlog: list[Item] = []
     consecutive_failures = 0
+    # As in serve: the environment's own limits on one group's time and on failures in a row.
+    timeout, failure_limit = env.config.worker_timeout, env.config.max_consecutive_failures
     for _ in range(num_groups * MAX_ATTEMPTS_PER_GROUP):
         if counts["groups"] >= num_groups:
             break
         try:
             item = backlog.pop(0) if backlog else await env.get_next_item()
-            result, extra = await env.collect_trajectories(item)
+            result, extra = await faults.collect(env, item, timeout)
         except Exception as exc:
             logger.exception("group %d failed", counts["groups"])
             counts["failed"] += 1
             consecutive_failures += 1
-            if consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
-                raise HermesNBError(f"{consecutive_failures} groups failed in a row (last: {exc})") from exc
+            if consecutive_failures >= failure_limit:
+                raise HermesNBError(
+                    f"{consecutive_failures} groups failed in a row (last: {exc}; env.max_consecutive_failures = "
+                    f"{failure_limit})"
+                ) from exc
             continue
         consecutive_failures = 0
-        backlog.extend(extra or [])
+        backlog.extend(extra)
         if result is None:
             counts["skipped"] += 1
             continue
