@@ -3,6 +3,8 @@
 #               writing the executed notebook and the final metrics plot (PNG) to out/
 #   make test   set up, then lint, type-check and run the whole test suite
 # torch is pinned to the CPU wheel this machine class carries; a looser pin downloads a multi-GB CUDA build.
+# Every extra that depends on torch (train, lora: peft) is installed after it, with the pin repeated, so pip keeps
+# the CPU torch it finds instead of resolving a CUDA one.
 
 PYTHON ?= python3
 VENV := .venv
@@ -19,7 +21,7 @@ $(STAMP): pyproject.toml scripts/ensure_chromium.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -e ".[train,notebook,dev,browser,tinker]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[train,lora,notebook,dev,browser,tinker]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 # Side environments the tests need (scripts/side_envs/NAME.txt -> .venvs/NAME), cached by a stamp; CI builds them anew.

@@ -15,9 +15,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hermes_nb.errors import ConfigError
-from hermes_nb.system.home import embedded_base_model_dir
+from hermes_nb.system.devices import DTypeName, device_syntax_problem
+from hermes_nb.system.home import embedded_base_model_dir, embedded_chat_model_dir
 
 EMBEDDED_BASE_MODEL = "embedded"
+# The shipped Qwen3 chat model with a tool-calling template (agent environments; docs/chat_model.md).
+EMBEDDED_CHAT_MODEL = "embedded-chat"
 
 LossName = Literal["importance_sampling", "ppo"]
 BackendName = Literal["local", "tinker"]
@@ -83,7 +86,10 @@ class TrainerConfig(BaseModel):
     backend: BackendName = Field(default="local", description="local: torch here; tinker: a Tinker API server.")
     base_model: str = Field(
         default=EMBEDDED_BASE_MODEL,
-        description="'embedded' (the tiny model shipped with hermes-nb), a local model directory, or a Tinker model.",
+        description=(
+            "'embedded' (the tiny model shipped with hermes-nb), 'embedded-chat' (the shipped chat model for agent "
+            "environments), a local model directory, or a Tinker model."
+        ),
     )
     learning_rate: float = Field(default=4e-5, gt=0, le=1.0, description="Adam learning rate.")
     lora_rank: int = Field(default=0, ge=0, le=1024, description="LoRA rank; 0 = full fine-tune (local backend).")
@@ -96,6 +102,22 @@ class TrainerConfig(BaseModel):
     )
     seed: int = Field(default=0, ge=0, description="Seed of the trainer and the sampler.")
     torch_threads: int | None = Field(default=None, ge=1, le=512, description="torch threads (None = half the cores).")
+    # Resolved by hermes_nb.system.devices (the one place "auto" is decided), for the trainer and its sampler.
+    device: str = Field(
+        default="auto",
+        description="Where the local backend trains and samples: auto (CUDA when available), cpu, cuda or cuda:N.",
+    )
+    dtype: DTypeName = Field(
+        default="auto",
+        description=(
+            "Compute dtype of the local backend's training and sampling: auto (bfloat16 on CUDA, float32 on CPU), "
+            "float32, bfloat16 or float16. Trained weights and Adam state stay float32."
+        ),
+    )
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="Recompute activations in the backward pass: less memory, more compute (local backend).",
+    )
     pretrained_model_path: str | None = Field(
         default=None, description="Start from these weights: a run id, a checkpoint path or a model directory."
     )
@@ -133,6 +155,14 @@ class TrainerConfig(BaseModel):
             "beyond it are refused (retry later), so a stalled trainer cannot grow the queue without bound."
         ),
     )
+
+    @field_validator("device")
+    @classmethod
+    def _device_syntax(cls, value: str) -> str:
+        problem = device_syntax_problem(value.strip())
+        if problem is not None:
+            raise ValueError(problem)
+        return value.strip()
 
     @field_validator("external_api_url")
     @classmethod
@@ -263,9 +293,14 @@ class RunConfig(BaseModel):
 
 
 def base_model_dir(base_model: str) -> Path:
-    """The directory a ``trainer.base_model`` value names: ``embedded`` is the model shipped in the package,
-    anything else a local model directory (whether it holds a model is for the caller to check and report)."""
-    return embedded_base_model_dir() if base_model == EMBEDDED_BASE_MODEL else Path(base_model).expanduser()
+    """The directory a ``trainer.base_model`` value names: ``embedded`` and ``embedded-chat`` are the models
+    shipped in the package, anything else a local model directory (whether it holds a model is for the caller to
+    check and report)."""
+    if base_model == EMBEDDED_BASE_MODEL:
+        return embedded_base_model_dir()
+    if base_model == EMBEDDED_CHAT_MODEL:
+        return embedded_chat_model_dir()
+    return Path(base_model).expanduser()
 
 
 # Locked = infrastructure the system decides. Dotted names, as accepted by rl_edit_config.

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hermes_nb.env.config import APIServerConfig, BaseEnvConfig
-from hermes_nb.env.scoring import build_scored_group
-from hermes_nb.env.types import Item, SampledCompletion
+from hermes_nb.env.scoring import GroupMember, build_scored_group
+from hermes_nb.env.types import Item
 from hermes_nb.protocol.metrics import TRAIN_PERCENT_CORRECT
 from hermes_nb.protocol.trajectory import ScoredDataGroup, score_is_correct
 
@@ -87,13 +87,14 @@ class BaseEnv(ABC):
         return score_is_correct(score)
 
     def scored_group(
-        self, completions: Sequence[SampledCompletion], scores: Sequence[float], correct: Sequence[bool] | None = None
+        self, completions: Sequence[GroupMember], scores: Sequence[float], correct: Sequence[bool] | None = None
     ) -> ScoredDataGroup | None:
         """The group to return from ``collect_trajectories``, carrying this environment's verdict on each completion.
 
         ``correct`` defaults to ``is_correct`` of each score. The verdicts are recorded for ``train/percent_correct``
         and sent with the group, so the trainer and ``rl_test_inference`` count the same completions as correct.
-        ``None`` (skip) when ``ensure_scores_are_not_same`` and every score is equal.
+        ``None`` (skip) when ``ensure_scores_are_not_same`` and every score is equal. A member is a sampled
+        completion, or a multi-turn episode's ``TrainedSequence`` (``hermes_nb.env.scoring``).
         """
         correct_G = list(correct) if correct is not None else [self.is_correct(s) for s in scores]
         group = build_scored_group(

@@ -4,56 +4,34 @@ A subclass says only how its items are made and checked: ``generate_problem`` (o
 either side of the train/held-out split), ``max_completion_tokens`` and, when exact match is not the rule,
 ``score_completion``, with ``is_correct`` when a correct answer does not score 1.0 (partial credit is not
 correct). ``train_item`` draws training items from ``self.rng`` (seeded with ``config.seed``) and ``eval_items``
-the held-out ones, both through ``hermes_nb.env.splits``, so no held-out prompt is ever trained on. Training
-samples ``group_size`` completions per prompt at ``config.temperature``; the evaluation is greedy over the
-held-out items, sent as a few multi-prompt requests (``eval_chunk_size`` prompts each, ``max_eval_workers`` at
-a time), and reports ``eval/percent_correct`` (the share ``is_correct`` judges correct) and, when the server
-says which weights answered, ``eval/policy_step``.
+the held-out ones, both from ``hermes_nb.env.splits.GeneratedItems`` (shared with ``AgentEnv``), so no held-out
+prompt is ever trained on. Training samples ``group_size`` completions per prompt at ``config.temperature``;
+the evaluation is greedy over the held-out items, sent as a few multi-prompt requests (``eval_chunk_size``
+prompts each, ``max_eval_workers`` at a time), and reports ``eval/percent_correct`` (the share ``is_correct``
+judges correct) and, when the server says which weights answered, ``eval/policy_step``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import random
 from abc import abstractmethod
 from typing import Any, ClassVar
 
 from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.scoring import with_single_turn_messages
-from hermes_nb.env.splits import draw_item, heldout_items
+from hermes_nb.env.splits import GeneratedItems
 from hermes_nb.env.types import QAItem, SampledBatch
 from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, EVAL_POLICY_STEP
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 
 
-class QAEnv(BaseEnv):
+class QAEnv(GeneratedItems, BaseEnv):
     # Completions end at the end-of-sequence token; a newline is a second, tokenizer-independent stop.
     stop: ClassVar[list[str]] = ["\n"]
     # Held-out prompts per evaluation request. The server samples a request as one batch from one policy
     # version, so with the default 200 items an evaluation measures exactly one set of weights, even while the
     # trainer keeps publishing; and one batched greedy pass is ~20x faster than a request per item.
     eval_chunk_size: ClassVar[int] = 256
-
-    @functools.cached_property
-    def rng(self) -> random.Random:
-        """The training items' random stream, seeded with ``config.seed`` (made on first use)."""
-        return random.Random(self.config.seed)
-
-    @abstractmethod
-    def generate_problem(self, rng: random.Random) -> QAItem:
-        """One problem from ``rng``, on either side of the train/held-out split."""
-
-    def train_item(self) -> QAItem:
-        """The next training item, drawn from ``self.rng``."""
-        return draw_item(self.generate_problem, self.rng, "train")
-
-    def eval_items(self) -> list[QAItem]:
-        """The held-out items of one evaluation: the same every time for the same seed and ``eval_items``."""
-        # The task name seeds the held-out stream: renaming an environment changes its evaluation items.
-        task_name = self.name or type(self).__name__
-        config = self.config
-        return heldout_items(self.generate_problem, config.eval_items, seed=config.seed, task_name=task_name)
 
     @abstractmethod
     def max_completion_tokens(self) -> int:
@@ -62,9 +40,6 @@ class QAEnv(BaseEnv):
     def score_completion(self, text: str, answer: str) -> float:
         """1.0 for exactly the answer (surrounding whitespace ignored), else 0.0."""
         return 1.0 if text.strip() == answer else 0.0
-
-    async def get_next_item(self) -> QAItem:
-        return self.train_item()
 
     async def collect_trajectories(self, item: QAItem) -> tuple[ScoredDataGroup | None, list[QAItem]]:
         completions = await self.server.sample(

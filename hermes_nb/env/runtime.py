@@ -18,9 +18,9 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from hermes_nb.env.base import BaseEnv
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = ["ProcessSummary", "ServeOutcome", "evaluate_once", "process", "serve"]
 
@@ -238,7 +239,9 @@ class _Manager:
             logger.info("evaluating before training (step %d), alongside the first groups", self.step)
             self.initial_eval_task = asyncio.create_task(self.evaluate_and_log(self.step))
         while not self.stop.is_set():
-            status = await self.link.status()
+            status = await self.unless_stopped(self.link.status())
+            if status is None:
+                break
             self.queue_groups, self.queue_room = status.queue_size, status.queue_room
             await self.observe_step(status.current_step)
             if status.current_step >= self.total_steps:
@@ -251,6 +254,19 @@ class _Manager:
             await self.idle(POLL_S)
         logger.info("stop requested at step %d; disconnecting", self.step)
         return self.outcome("stopped")
+
+    async def unless_stopped(self, request: Awaitable[T]) -> T | None:
+        """The request's answer, or None once ``stop`` is set first: a request retried against an API that went
+        away (``TrajectoryLink`` retries for half a minute) must not hold up a stop the supervisor waits for."""
+        answer, stopper = asyncio.ensure_future(request), asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait({answer, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not answer.done():
+                answer.cancel()
+            await asyncio.gather(answer, stopper, return_exceptions=True)
+        return answer.result() if not answer.cancelled() else None
 
     async def idle(self, seconds: float) -> None:
         """Until a worker finishes, ``stop`` is set, or ``seconds`` pass."""

@@ -9,7 +9,8 @@ sampler when new weights arrive, and a worker should wait through that rather th
 An endpoint that answers with text only (a hosted provider, or ``rl_test_inference``'s gateway in front of one)
 works too: the completions carry the text, the run's tokenizer (``tokenizer_name``) reads the prompt and the
 text into token ids, and they are marked ``test_only``, so what is built from them is scored, never trained on.
-``sample_chat`` is ``sample`` through ``/v1/chat/completions``.
+``sample_chat`` is ``sample`` through ``/v1/chat/completions``. ``sample_tokens`` samples from a prompt given as
+token ids (a multi-turn episode's exact transcript: ``hermes_nb.env.episodes``), nothing re-tokenized.
 """
 
 from __future__ import annotations
@@ -206,6 +207,61 @@ class ServerManager:
     async def _request_one(self, settings: SampleSettings, prompt: str) -> list[SampledCompletion]:
         [completions] = await self._request_prompts(settings, [prompt])
         return completions
+
+    async def sample_tokens(
+        self,
+        prompt_ids: list[int],
+        *,
+        n: int = 1,
+        max_tokens: int = 16,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        stop: list[str] | None = None,
+    ) -> list[SampledCompletion]:
+        """``n`` completions of a prompt given as token ids: exactly these ids are sampled from (nothing is
+        re-tokenized), and each completion carries its sampled ids and their logprobs. One request; the server
+        batches requests that arrive together. See ``sample_tokens_batch`` for the policy version."""
+        batch = await self.sample_tokens_batch(
+            prompt_ids, n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, stop=stop
+        )
+        return batch.completions
+
+    async def sample_tokens_batch(
+        self,
+        prompt_ids: list[int],
+        *,
+        n: int = 1,
+        max_tokens: int = 16,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        stop: list[str] | None = None,
+    ) -> SampledBatch:
+        """``sample_tokens``, with the policy version that sampled the completions (``None``: not said).
+
+        From an endpoint that answers with text only, the completions are the run's tokenizer's reading of the
+        text, marked ``test_only``; an endpoint that takes no token-id prompts (a hosted model behind
+        ``rl_test_inference``'s gateway) refuses the request (``InferenceRequestRefused``)."""
+        response = await self.completion(
+            prompt=list(prompt_ids),
+            n=n,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop=stop or None,
+            logprobs=1,
+        )
+        if _is_text_only(response):
+            tokenizer = self._tokenizer_for(response)
+            assert tokenizer is not None  # _tokenizer_for returns one for every text-only answer
+            choices = sorted(response.choices, key=lambda c: c.index)
+            completions = [_text_only(list(prompt_ids), c.text, c.finish_reason, tokenizer) for c in choices]
+        else:
+            completions = completions_from_response(response)
+            if any(c.prompt_token_ids != prompt_ids for c in completions):
+                raise InferenceError("inference server sampled from other token ids than the prompt it was sent")
+        if len(completions) != n:
+            raise InferenceError(f"inference server returned {len(completions)} choices for n={n}")
+        return SampledBatch(completions=completions, policy_version=response.policy_version)
 
     async def sample_chat(
         self,

@@ -2,16 +2,20 @@
 
 A generator draws problems from an RNG; ``draw_item`` keeps drawing until it gets one on the requested side,
 so a held-out prompt is never handed out for training whatever the seed, and both sides are reproducible per
-seed.
+seed. ``GeneratedItems`` is the split as an environment uses it (``QAEnv`` and ``AgentEnv`` both): training
+items from ``self.rng``, held-out items from ``eval_items``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Literal
+from typing import ClassVar, Literal
 
+from hermes_nb.config import BaseEnvConfig
 from hermes_nb.env.types import QAItem
 
 Split = Literal["train", "eval"]
@@ -46,3 +50,35 @@ def heldout_items(
     # A string seed gives a stream independent of the training stream seeded with the integer ``seed``.
     rng = random.Random(f"{task_name}/eval/{seed}")
     return [draw_item(generate, rng, "eval") for _ in range(count)]
+
+
+class GeneratedItems(ABC):
+    """Mixin for an environment whose items come from ``generate_problem``: training items are drawn from
+    ``self.rng`` (seeded with ``config.seed``) and ``eval_items`` are the held-out ones, so no held-out prompt is
+    ever trained on. Put it before ``BaseEnv`` among the bases."""
+
+    name: ClassVar[str | None]
+    config: BaseEnvConfig
+
+    @functools.cached_property
+    def rng(self) -> random.Random:
+        """The training items' random stream, seeded with ``config.seed`` (made on first use)."""
+        return random.Random(self.config.seed)
+
+    @abstractmethod
+    def generate_problem(self, rng: random.Random) -> QAItem:
+        """One problem from ``rng``, on either side of the train/held-out split."""
+
+    def train_item(self) -> QAItem:
+        """The next training item, drawn from ``self.rng``."""
+        return draw_item(self.generate_problem, self.rng, "train")
+
+    def eval_items(self) -> list[QAItem]:
+        """The held-out items of one evaluation: the same every time for the same seed and ``eval_items``."""
+        # The task name seeds the held-out stream: renaming an environment changes its evaluation items.
+        task_name = self.name or type(self).__name__
+        config = self.config
+        return heldout_items(self.generate_problem, config.eval_items, seed=config.seed, task_name=task_name)
+
+    async def get_next_item(self) -> QAItem:
+        return self.train_item()

@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampler")
     parser.add_argument("--name", default=None, help="model name reported by /health (default: the directory)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU), float32, ...")
     return parser
 
 
@@ -45,18 +47,30 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return f"--model: {args.model} is not a model directory (no config.json)"
     if args.threads is not None and args.threads < 1:
         return f"--threads: must be at least 1 (got {args.threads})"
+    return _hardware_problem(args)
+
+
+def _hardware_problem(args: argparse.Namespace) -> str | None:
+    from hermes_nb.errors import ConfigError
+    from hermes_nb.system.devices import resolve_device, resolve_dtype
+
+    try:
+        resolve_dtype(args.dtype, resolve_device(args.device, "--device"), "--dtype")
+    except ConfigError as exc:
+        return str(exc)
     return None
 
 
-def _load_policy(model_dir: Path, name: str) -> Any:
-    import torch
+def _load_policy(model_dir: Path, name: str, device: str = "auto", dtype: str = "auto") -> Any:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hermes_nb.inference.engine import Policy
+    from hermes_nb.system.devices import resolve_hardware
 
+    hardware = resolve_hardware(device, dtype)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    model.eval()
+    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=hardware.dtype)
+    model.to(hardware.device).eval()
     return Policy(model=model, tokenizer=tokenizer, version=0, name=name)
 
 
@@ -78,7 +92,10 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> int:
     logger.info("listening on %s:%d; loading %s", args.host, args.port, args.model)
     try:
         name = args.name or args.model.name
-        engine.publish(checkpoint_policy(args.model, name) if on_tinker else _load_policy(args.model, name))
+        if on_tinker:
+            engine.publish(checkpoint_policy(args.model, name))
+        else:
+            engine.publish(_load_policy(args.model, name, args.device, args.dtype))
         # Until now SIGTERM keeps its default (end at once): a server stopped while loading has nothing to save.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())

@@ -5,6 +5,9 @@ batched generation: that is where a CPU server gets its throughput, since the en
 ``max_num_workers`` group requests at once. Generation runs on one worker thread, so the server's event loop
 keeps answering (``/health``) during a batch.
 
+The engine runs the policy's model where it is (``trainer.device``, in its dtype: ``hermes_nb.system.devices``);
+published weights are copied into that model, so they may come in any dtype or device.
+
 Weight updates: ``publish`` installs a whole policy (model, tokenizer, version); ``publish_weights`` hands over
 only new weights for it (a state dict the publisher no longer touches), which the sampler thread copies into
 its model *between* batches. Only that thread ever runs or changes the model, so a generation never sees a
@@ -23,7 +26,7 @@ from typing import Any
 
 import torch
 
-from hermes_nb.inference.sampler import RowResult, SampleRow, generate
+from hermes_nb.inference.sampler import RowResult, SampleRow, device_generator, generate, model_device
 
 # Requests arriving this close together share a batch. A group request costs ~100 ms on CPU, so waiting
 # a few ms to merge the other workers' requests costs little and multiplies throughput.
@@ -72,7 +75,9 @@ class InferenceEngine:
         self._collector: asyncio.Task[None] | None = None
         self._window_s = window_s
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampler")
-        self._generator = torch.Generator().manual_seed(seed)
+        self._seed = seed
+        # One seeded noise stream per device a policy has lived on (torch draws only from a same-device generator).
+        self._generators: dict[torch.device, torch.Generator] = {}
         self._generator_lock = threading.Lock()
         self.batches_run = 0
         self.rows_run = 0
@@ -156,12 +161,17 @@ class InferenceEngine:
                 item.future.set_result((results[start : start + len(item.rows)], version))
             start += len(item.rows)
 
+    def _generator_for(self, model: Any) -> torch.Generator:
+        device = model_device(model)
+        if device not in self._generators:
+            self._generators[device] = device_generator(device, self._seed)
+        return self._generators[device]
+
     def _generate(self, rows: list[SampleRow]) -> tuple[list[RowResult], int]:
         with self._generator_lock:
             policy = self._current_policy()
-            results = generate(
-                policy.model, rows, pad_id=policy.pad_id, decode=policy.decode, generator=self._generator
-            )
+            generator = self._generator_for(policy.model)
+            results = generate(policy.model, rows, pad_id=policy.pad_id, decode=policy.decode, generator=generator)
             return results, policy.version
 
     def close(self) -> None:

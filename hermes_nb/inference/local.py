@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -65,19 +66,29 @@ async def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log_path: Path)
             await asyncio.sleep(POLL_S)
 
 
-def _server_argv(model_dir: Path, port: int, threads: int | None) -> list[str]:
+@dataclass(frozen=True)
+class ServerSettings:
+    """How the server runs its model: torch threads (None: torch's choice), and ``trainer.device`` /
+    ``trainer.dtype`` settings (``hermes_nb.system.devices``)."""
+
+    threads: int | None = 1
+    device: str = "auto"
+    dtype: str = "auto"
+
+
+def _server_argv(model_dir: Path, port: int, settings: ServerSettings) -> list[str]:
     argv = [sys.executable, "-m", "hermes_nb.inference", "--model", str(model_dir), "--host", LOOPBACK]
-    argv += ["--port", str(port)]
-    return argv + (["--threads", str(threads)] if threads else [])
+    argv += ["--port", str(port), "--device", settings.device, "--dtype", settings.dtype]
+    return argv + (["--threads", str(settings.threads)] if settings.threads else [])
 
 
 async def _start(
-    model_dir: Path, log_path: Path, threads: int | None, env: Mapping[str, str]
+    model_dir: Path, log_path: Path, settings: ServerSettings, env: Mapping[str, str]
 ) -> tuple[subprocess.Popen[bytes], str]:
     """A healthy server and its URL, retrying on a fresh port when the chosen one was taken meanwhile."""
     for attempt in range(1, PORT_ATTEMPTS + 1):
         port = free_port()
-        proc = spawn_group(_server_argv(model_dir, port, threads), log_path, env)
+        proc = spawn_group(_server_argv(model_dir, port, settings), log_path, env)
         url = capability_url(f"http://{LOOPBACK}:{port}", env.get(SECRET_ENV))
         try:
             await _wait_healthy(url, proc, log_path)
@@ -94,12 +105,15 @@ async def _start(
 
 
 @asynccontextmanager
-async def serve_model(model_dir: Path, log_path: Path, *, threads: int | None = 1) -> AsyncIterator[str]:
+async def serve_model(
+    model_dir: Path, log_path: Path, *, threads: int | None = 1, device: str = "auto", dtype: str = "auto"
+) -> AsyncIterator[str]:
     """Serve ``model_dir`` on 127.0.0.1 for the duration of the block; yields the server's root URL, a capability
     URL (``http://127.0.0.1:PORT/<secret>``): the server answers only requests that carry its fresh secret, so
-    other local users cannot query it (``hermes_nb.protocol.auth``)."""
+    other local users cannot query it (``hermes_nb.protocol.auth``). ``device`` and ``dtype`` are
+    ``trainer.device`` / ``trainer.dtype`` settings: by default the model runs on CUDA when there is one."""
     env = {**child_environment(threads), SECRET_ENV: secrets.token_urlsafe(SECRET_BYTES)}
-    proc, url = await _start(model_dir, log_path, threads, env)
+    proc, url = await _start(model_dir, log_path, ServerSettings(threads, device, dtype), env)
     try:
         yield url
     finally:

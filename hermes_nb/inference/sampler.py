@@ -5,6 +5,10 @@ cache is extended one token per step, each row has its own temperature, top-p, t
 conditions, and rows that finish leave the batch (the cache is sliced) so the tail of a batch costs only what
 is still running.
 
+Device and dtype are the model's own: the batch's tensors and the noise are made on the device its parameters
+are on, and logits are upcast to float32 before the (log-)softmax, so a bfloat16 model samples from, and reports,
+float32 probabilities of its logits.
+
 Logprobs: each returned logprob is the sampled token's logprob under the distribution it was actually drawn
 from — ``softmax(logits / temperature)`` restricted to the top-p nucleus and renormalised. At temperature 1
 and top_p 1 that is the model's own forward-pass logprob. This is what an importance ratio needs (``q`` in
@@ -19,8 +23,8 @@ from typing import Any
 
 import torch
 
-from hermes_nb.inference.fast_llama import FastLlama, KVCache, select_rows
-from hermes_nb.inference.fast_llama import supports as fast_llama_supports
+from hermes_nb.inference.fast_forward import FastForward, KVCache, select_rows
+from hermes_nb.inference.fast_forward import supports as fast_forward_supports
 from hermes_nb.protocol.inference import FinishReason
 
 # Keeps Gumbel noise finite: u in (0, 1) strictly, so -log(-log(u)) never hits +-inf.
@@ -88,18 +92,30 @@ def draw(
     generators: dict[int, torch.Generator],
     batch_generator: torch.Generator,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row (Gumbel-max, exact for the categorical) -> ``(tokens [B], logprobs [B])``."""
-    uniform_BV = torch.rand(logp_BV.shape, generator=batch_generator)
+    """Sample one token per row (Gumbel-max, exact for the categorical) -> ``(tokens [B], logprobs [B])``.
+    The generators are on ``logp_BV``'s device (``device_generator``)."""
+    device = logp_BV.device
+    uniform_BV = torch.rand(logp_BV.shape, generator=batch_generator, device=device)
     for i, row in enumerate(rows):
         if row.seed is not None:
-            uniform_BV[i] = torch.rand(logp_BV.shape[1], generator=generators[i])
+            uniform_BV[i] = torch.rand(logp_BV.shape[1], generator=generators[i], device=device)
     uniform_BV = uniform_BV.clamp(_UNIFORM_EPS, 1.0 - _UNIFORM_EPS)
     gumbel_BV = -torch.log(-torch.log(uniform_BV))
-    greedy_B = torch.tensor([row.temperature == 0 for row in rows])
+    greedy_B = torch.tensor([row.temperature == 0 for row in rows], device=device)
     noisy_BV = torch.where(greedy_B[:, None], logp_BV, logp_BV + gumbel_BV)
     tokens_B = noisy_BV.argmax(dim=-1)
     chosen_B = logp_BV.gather(-1, tokens_B[:, None]).squeeze(-1)
     return tokens_B, torch.where(greedy_B, torch.zeros_like(chosen_B), chosen_B)
+
+
+def model_device(model: Any) -> torch.device:
+    """The device of ``model``'s parameters, where every tensor of its batch goes."""
+    return next(model.parameters()).device
+
+
+def device_generator(device: torch.device, seed: int) -> torch.Generator:
+    """A seeded generator on ``device``: torch draws noise only from a generator on the device it fills."""
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 def cache_argument(model: Any) -> str:
@@ -114,17 +130,18 @@ def cache_argument(model: Any) -> str:
 class _Batch:
     """The rows still running, their results, and per-row sampling settings as tensors."""
 
-    def __init__(self, rows: Sequence[SampleRow]) -> None:
+    def __init__(self, rows: Sequence[SampleRow], device: torch.device) -> None:
         self.rows = list(rows)
+        self.device = device
         self.active = list(range(len(rows)))  # index into rows of each batch position
         self.results = [RowResult() for _ in rows]
-        self.temperature_B = torch.tensor([r.temperature for r in rows], dtype=torch.float32)
-        self.top_p_B = torch.tensor([r.top_p for r in rows], dtype=torch.float32)
-        self.generators = {i: torch.Generator().manual_seed(r.seed) for i, r in enumerate(rows) if r.seed is not None}
+        self.temperature_B = torch.tensor([r.temperature for r in rows], dtype=torch.float32, device=device)
+        self.top_p_B = torch.tensor([r.top_p for r in rows], dtype=torch.float32, device=device)
+        self.generators = {i: device_generator(device, r.seed) for i, r in enumerate(rows) if r.seed is not None}
 
     def keep(self, positions: list[int]) -> None:
         self.active = [self.active[p] for p in positions]
-        index = torch.tensor(positions, dtype=torch.long)
+        index = torch.tensor(positions, dtype=torch.long, device=self.device)
         self.temperature_B = self.temperature_B[index]
         self.top_p_B = self.top_p_B[index]
 
@@ -172,10 +189,11 @@ class _TransformersStepper:
 
 
 class _FastStepper:
-    """The same steps through ``hermes_nb.inference.fast_llama`` (Llama models: a fraction of the overhead)."""
+    """The same steps through ``hermes_nb.inference.fast_forward`` (Llama and Qwen3 models: a fraction of the
+    overhead)."""
 
     def __init__(self, model: Any) -> None:
-        self.forward = FastLlama(model)
+        self.forward = FastForward(model)
         self.cache: KVCache = []
 
     def prefill(self, ids_PL: torch.Tensor, mask_PL: torch.Tensor, positions_PL: torch.Tensor) -> torch.Tensor:
@@ -191,9 +209,9 @@ class _FastStepper:
 
 
 def stepper_for(model: Any) -> _TransformersStepper | _FastStepper:
-    """A cached forward over ``model``: the lean Llama one where it applies. Under autograd (the trainer's packed
-    pass) gradients flow through the cache; one stepper serves one set of weights."""
-    return _FastStepper(model) if fast_llama_supports(model) else _TransformersStepper(model)
+    """A cached forward over ``model``: the lean Llama/Qwen3 one where it applies. Under autograd (the trainer's
+    packed pass) gradients flow through the cache; one stepper serves one set of weights."""
+    return _FastStepper(model) if fast_forward_supports(model) else _TransformersStepper(model)
 
 
 @torch.no_grad()
@@ -205,14 +223,17 @@ def generate(
     decode: Callable[[list[int]], str],
     generator: torch.Generator,
 ) -> list[RowResult]:
-    """Generate every row in one batch with a KV cache. ``model`` is a Hugging Face causal LM (eval mode)."""
+    """Generate every row in one batch with a KV cache. ``model`` is a Hugging Face causal LM (eval mode);
+    ``generator`` is on its device (``device_generator``)."""
     if not rows:
         return []
-    batch = _Batch(rows)
+    device = model_device(model)
+    batch = _Batch(rows, device)
     # A group request repeats one prompt n times: run the prompt once, then copy its cache to each row.
     unique: dict[tuple[int, ...], int] = {}
-    row_prompt = torch.tensor([unique.setdefault(tuple(r.prompt), len(unique)) for r in rows], dtype=torch.long)
-    ids_PL, mask_PL, positions_PL = left_pad(list(unique), pad_id)
+    prompt_index = [unique.setdefault(tuple(r.prompt), len(unique)) for r in rows]
+    row_prompt = torch.tensor(prompt_index, dtype=torch.long, device=device)
+    ids_PL, mask_PL, positions_PL = (t.to(device) for t in left_pad(list(unique), pad_id))
     stepper = stepper_for(model)
     logits_BV = stepper.prefill(ids_PL, mask_PL, positions_PL)[row_prompt]
     stepper.select(row_prompt)  # [P, ...] -> [B, ...]
@@ -238,10 +259,10 @@ def generate(
             return batch.results
         if len(running) < len(batch.active):
             # Finished rows leave the batch: slice the cache, the mask and the per-row settings to the others.
-            index = torch.tensor(running, dtype=torch.long)
+            index = torch.tensor(running, dtype=torch.long, device=device)
             stepper.select(index)
             mask_BL, tokens_B, next_position_B = mask_BL[index], tokens_B[index], next_position_B[index]
             batch.keep(running)
-        mask_BL = torch.cat([mask_BL, torch.ones((len(running), 1), dtype=torch.long)], dim=1)
+        mask_BL = torch.cat([mask_BL, torch.ones((len(running), 1), dtype=torch.long, device=device)], dim=1)
         logits_BV = stepper.extend(tokens_B[:, None], mask_BL, next_position_B[:, None])[:, -1, :]
         next_position_B = next_position_B + 1

@@ -26,7 +26,6 @@ from hermes_nb.protocol.inference import (
     ChatCompletionResponse,
     ChatLogprobContent,
     ChatLogprobs,
-    ChatMessage,
     ChatResponseMessage,
     CompletionChoice,
     CompletionLogprobs,
@@ -41,7 +40,7 @@ from hermes_nb.protocol.inference import (
     SamplingParams,
     Usage,
 )
-from hermes_nb.protocol.tool_calls import parse_tool_calls, template_tool_calls
+from hermes_nb.protocol.tool_calls import parse_tool_calls, template_message
 
 
 def _policy(engine: InferenceEngine) -> Policy:
@@ -131,14 +130,6 @@ def _encode_prompts(policy: Policy, prompt: str | list[str] | list[int]) -> list
     return [list(policy.tokenizer.encode(p)) for p in prompt]
 
 
-def _template_message(message: ChatMessage) -> dict[str, Any]:
-    """A message as chat templates read it: no null fields, tool-call arguments as objects."""
-    rendered = message.model_dump(exclude_none=True, exclude={"tool_calls"})
-    if message.tool_calls:
-        rendered["tool_calls"] = template_tool_calls(message.tool_calls)
-    return rendered
-
-
 def _rendered_tools(request: ChatCompletionRequest) -> list[dict[str, Any]] | None:
     """The tools the template shows the model: none for ``tool_choice: none``, only the named one for a named
     choice (400 when it is not among ``tools``)."""
@@ -154,7 +145,7 @@ def _rendered_tools(request: ChatCompletionRequest) -> list[dict[str, Any]] | No
 
 
 def _chat_prompt(policy: Policy, request: ChatCompletionRequest) -> list[int]:
-    messages = [_template_message(m) for m in request.messages]
+    messages = [template_message(m) for m in request.messages]
     tools = _rendered_tools(request)
     template = getattr(policy.tokenizer, "chat_template", None)
     if tools is not None and isinstance(template, str) and "tools" not in template:

@@ -39,6 +39,13 @@ ENV_TIMEOUTS = "env/timeouts"
 ENV_SECONDS_PER_GROUP = "env/seconds_per_group"
 ENV_COMPLETION_TOKENS_MEAN = "env/completion_tokens_mean"
 ENV_QUEUE_SIZE = "env/api_queue_groups"
+# Multi-turn agent environments (hermes_nb.env.agent), per metrics row: episodes that raised (left out of their
+# group), episodes that used every turn of env.max_turns without an answer, and assistant turns per episode.
+ENV_FAILED_EPISODES = "env/failed_episodes"
+ENV_TURN_LIMIT_EPISODES = "env/turn_limit_episodes"
+ENV_TURNS_MEAN = "env/turns_mean"
+# Held-out episodes of an evaluation that raised (each counted as wrong).
+EVAL_FAILED_EPISODES = "eval/failed_episodes"
 EVAL_SECONDS = "eval/seconds"
 
 # The W&B key that carries the trainer step of every row: the x-axis of every chart, next to W&B's own _step.

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel
 
-from hermes_nb.protocol.inference import FunctionCall, ToolCall
+from hermes_nb.protocol.inference import ChatMessage, FunctionCall, ToolCall
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -89,3 +91,25 @@ def template_tool_calls(calls: list[ToolCall]) -> list[dict[str, object]]:
         function = {"name": call.function.name, "arguments": arguments}
         rendered.append({"id": call.id, "type": "function", "function": function})
     return rendered
+
+
+def template_message(message: ChatMessage | Mapping[str, Any]) -> dict[str, Any]:
+    """A message as chat templates read it: plain data, no null fields, tool-call arguments as objects. The one
+    reading of a message that the server's chat endpoint and the environment's renderer both give a template."""
+    if isinstance(message, ChatMessage):
+        rendered = message.model_dump(exclude_none=True, exclude={"tool_calls"})
+        if message.tool_calls:
+            rendered["tool_calls"] = template_tool_calls(message.tool_calls)
+        return dict(template_data(rendered))
+    return {key: template_data(value) for key, value in message.items() if value is not None}
+
+
+def template_data(value: Any) -> Any:
+    """``value`` as plain JSON data: what a sandboxed template may see (pydantic models dumped without nulls)."""
+    if isinstance(value, BaseModel):
+        return template_data(value.model_dump(exclude_none=True))
+    if isinstance(value, Mapping):
+        return {str(key): template_data(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [template_data(item) for item in value]
+    return value

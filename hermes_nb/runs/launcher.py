@@ -22,6 +22,7 @@ from hermes_nb.runs.state import RunState, write_run_state
 from hermes_nb.runs.transfer import resolve_transfer
 from hermes_nb.runs.wandb_names import wandb_run_name
 from hermes_nb.system import home, secrets
+from hermes_nb.system.devices import check_device
 from hermes_nb.system.processes import spawn_group
 from hermes_nb.trainer.backend import model_dir_for
 
@@ -38,6 +39,7 @@ def validate_for_start(config: RunConfig) -> None:
         raise ConfigError(f"environment file {config.environment.file} no longer exists; select an environment again")
     if config.trainer.backend == "local":
         model_dir_for(config.trainer.base_model)
+        check_device(config.trainer.device)  # a CUDA device this machine lacks (imports torch only for cuda)
     if config.trainer.backend == "tinker":
         from hermes_nb.trainer.tinker_preflight import check_before_start
 

@@ -1,12 +1,14 @@
 """Bringing ``run.json`` in line with reality when its supervisor is gone.
 
 Only the supervisor writes ``run.json`` while it lives. If it died (killed, machine rebooted), the first reader
-that notices marks the run failed, names the cause, and ends whatever of the run is still running.
+that notices marks the run failed, names the cause, and ends whatever of the run is still running. A supervisor
+that died while stopping the run leaves it ``stopped``: the stop was asked for, whichever reader notices first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 
 import psutil
@@ -52,8 +54,15 @@ def _group_is_the_runs(record: ProcessRecord) -> bool:
     return abs(started_at - record.started_at) < _SAME_START_TOLERANCE
 
 
-def reconcile(paths: RunPaths, state: RunState, *, final_status: str = "failed") -> RunState:
-    """Return the state, first marking a live-looking run whose supervisor is gone as ``final_status``."""
+def reconcile(paths: RunPaths, state: RunState, *, final_status: str = "failed", wait: bool = False) -> RunState:
+    """Return the state, first marking a live-looking run whose supervisor is gone as ``final_status``, or as
+    ``stopped`` when it died while stopping.
+
+    The state is written first, so this reader and every later one answer at once; then the run's orphaned
+    process groups are ended (SIGTERM, ``ORPHAN_STOP_GRACE``, SIGKILL). They got SIGTERM already when the
+    supervisor died (its children die with it) and the trainer may be saving a last checkpoint: ``wait`` returns
+    once they are gone (a stop returns with nothing of the run left), else a thread of this process ends them.
+    """
     if state.is_terminal:
         return state
     cause = supervisor_gone_cause(state)
@@ -63,8 +72,8 @@ def reconcile(paths: RunPaths, state: RunState, *, final_status: str = "failed")
     state = read_run_state(paths.run_dir)
     if state.is_terminal:
         return state
-    children = [r for name, r in state.processes.items() if name != "supervisor" and _group_is_the_runs(r)]
-    processes.terminate_groups(children, grace_seconds=ORPHAN_STOP_GRACE)
+    if state.status == "stopping":
+        final_status = "stopped"
     tail = tail_lines(paths.logs["supervisor"], 10)
     detail = "\n".join(f"    {line}" for line in tail)
     error = f"{cause} (log: {paths.logs['supervisor']})" + (f"\n  last lines of the log:\n{detail}" if tail else "")
@@ -79,4 +88,20 @@ def reconcile(paths: RunPaths, state: RunState, *, final_status: str = "failed")
     # On a full disk the next reader finds the same and tries again; this one still answers with the truth.
     with contextlib.suppress(DiskFullError):
         write_run_state(paths.run_dir, updated)
+    _end_orphans([r for name, r in state.processes.items() if name != "supervisor" and _group_is_the_runs(r)], wait)
     return updated
+
+
+def _end_orphans(children: list[ProcessRecord], wait: bool) -> None:
+    if not children:
+        return
+    if wait:
+        processes.terminate_groups(children, grace_seconds=ORPHAN_STOP_GRACE)
+        return
+    # Not a daemon: a CLI that printed the status still ends the run's processes before it exits.
+    threading.Thread(
+        target=processes.terminate_groups,
+        args=(children,),
+        kwargs={"grace_seconds": ORPHAN_STOP_GRACE},
+        name="hermes-nb ending an orphaned run",
+    ).start()

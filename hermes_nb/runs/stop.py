@@ -15,7 +15,8 @@ from hermes_nb.runs.reports import StopResult
 from hermes_nb.runs.state import RunState
 from hermes_nb.system import processes
 
-# The supervisor writes the terminal state as its last act; its own exit follows within milliseconds.
+# The supervisor writes the terminal state as its last act; its own exit follows within milliseconds. A run
+# whose supervisor died is ended by a reader within reconcile.ORPHAN_STOP_GRACE and a SIGKILL.
 SUPERVISOR_EXIT_WAIT_SECONDS = 10.0
 POLL_SECONDS = 0.1
 
@@ -31,21 +32,23 @@ def _wait_terminal(paths: RunPaths, timeout: float) -> RunState:
     while not state.is_terminal and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS)
         # A supervisor that dies mid-stop still leaves a stopped run, not a live-looking one.
-        state = reconcile(paths, load_state(paths), final_status="stopped")
+        state = reconcile(paths, load_state(paths), final_status="stopped", wait=True)
     return state
 
 
-def _wait_supervisor_exit(state: RunState, timeout: float) -> None:
-    """Return once the supervisor has exited, so a stopped run has no process left when the caller resumes."""
-    supervisor = state.processes.get("supervisor")
-    if supervisor is None:
-        return
-    processes.wait_while(lambda: processes.is_same_process_alive(supervisor), timeout, poll_seconds=POLL_SECONDS / 10)
+def _wait_run_exit(state: RunState, timeout: float) -> None:
+    """Return once the supervisor and the processes it started have exited, so a stopped run has no process left
+    when the caller resumes. The supervisor ends the others before it writes ``stopped``; when it died mid-stop,
+    another reader may have written that and be ending them still (``reconcile``)."""
+    records = list(state.processes.values())
+    processes.wait_while(
+        lambda: any(processes.is_same_process_alive(r) for r in records), timeout, poll_seconds=POLL_SECONDS / 10
+    )
 
 
 def stop_run(run_id: str | None, *, wait: bool = True) -> StopResult:
     paths = resolve_run(run_id)
-    state = reconcile(paths, load_state(paths), final_status="stopped")
+    state = reconcile(paths, load_state(paths), final_status="stopped", wait=True)
     if state.is_terminal:
         return StopResult(
             run_id=state.run_id, status=state.status, already_stopped=True, final_checkpoint=_final_checkpoint(paths)
@@ -59,5 +62,5 @@ def stop_run(run_id: str | None, *, wait: bool = True) -> StopResult:
     state = _wait_terminal(paths, timeout)
     if not state.is_terminal:
         raise RunStateError(f"run {state.run_id} did not stop within {timeout:.0f} s; see {paths.logs['supervisor']}")
-    _wait_supervisor_exit(state, SUPERVISOR_EXIT_WAIT_SECONDS)
+    _wait_run_exit(state, SUPERVISOR_EXIT_WAIT_SECONDS)
     return StopResult(run_id=state.run_id, status=state.status, final_checkpoint=_final_checkpoint(paths))

@@ -24,7 +24,8 @@ from hermes_nb.system import home
 # The base classes an environment may derive from. Matched on the class name after resolving import aliases,
 # so ``from atroposlib.envs.base import BaseEnv as AEnv`` and ``import atroposlib.envs.base as b; b.BaseEnv`` count,
 # and so does a star import (the name is all we have then).
-ROOT_BASE_NAMES = frozenset({"BaseEnv", "QAEnv"})  # QAEnv: hermes_nb.env's BaseEnv for prompt -> answer tasks
+# QAEnv and AgentEnv: hermes_nb.env's BaseEnvs for prompt -> answer tasks and for multi-turn agent tasks.
+ROOT_BASE_NAMES = frozenset({"BaseEnv", "QAEnv", "AgentEnv"})
 DEFAULT_CONFIG_CLASS = "BaseEnvConfig"
 ABSTRACT_MARKERS = frozenset({"ABC", "abc.ABC", "Protocol", "typing.Protocol"})
 # A root base whose resolved name starts here is atroposlib's; any other (a bare name included) is hermes-nb's.

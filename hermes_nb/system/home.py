@@ -53,6 +53,11 @@ def embedded_base_model_dir() -> Path:
     return PACKAGE_DIR / "assets" / "base_model"
 
 
+def embedded_chat_model_dir() -> Path:
+    """The shipped Qwen3 chat model with a tool-calling template (docs/chat_model.md)."""
+    return PACKAGE_DIR / "assets" / "chat_model"
+
+
 def environment_search_path() -> list[Path]:
     """The shipped environments first, then each directory in ``HERMES_NB_ENV_PATH`` (``os.pathsep``-separated)."""
     paths = [shipped_environments_dir()]

@@ -92,6 +92,9 @@ def make_backend(config: RunConfig) -> TrainingBackend:
         lora_rank=trainer.lora_rank,
         seed=trainer.seed,
         init_weights=initial_weights(config),
+        device=trainer.device,
+        dtype=trainer.dtype,
+        gradient_checkpointing=trainer.gradient_checkpointing,
     )
 
 

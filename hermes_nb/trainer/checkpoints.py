@@ -41,6 +41,9 @@ TAIL_CHECK_BYTES = 8 << 20
 _FIRST_TAIL_WINDOW = 64 << 10
 # How every member's text begins (record_batch): what tells a member's start from bytes that only look like one.
 _RECORD_START = b'{"step": '
+# A checkpoint being written: ``<prefix><step>_<ns>`` beside the finished ``step_<N>`` directories. A crash
+# mid-write leaves one behind, never listed; the crash-point tests catch a write in progress by it.
+TEMP_CHECKPOINT_PREFIX = ".tmp_step_"
 
 
 def checkpoint_root(config: RunConfig, run_dir: Path) -> Path:
@@ -75,7 +78,7 @@ def save_checkpoint(
     root = checkpoint_root(config, run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
-    tmp = root / f".tmp_step_{step}_{time.time_ns()}"
+    tmp = root / f"{TEMP_CHECKPOINT_PREFIX}{step}_{time.time_ns()}"
     remote, full = _write_or_disk_full(backend, config, tmp, step)
     if full is not None:
         # The writer that failed went with its exception; collected, its open file lets go of the space.
@@ -120,6 +123,11 @@ def _move_into_place(tmp: Path, final: Path) -> None:
     final.rename(old)
     tmp.rename(final)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def temp_checkpoint_step(name: str) -> int:
+    """The step of a temporary checkpoint directory's name (``TEMP_CHECKPOINT_PREFIX``)."""
+    return int(name.removeprefix(TEMP_CHECKPOINT_PREFIX).split("_", 1)[0])
 
 
 def load_checkpoint(backend: TrainingBackend, path: Path) -> int:

@@ -2,11 +2,22 @@
 
 Full fine-tune by default; LoRA through ``peft`` when ``lora_rank > 0`` (checkpoints then hold the merged model,
 so ``from_pretrained`` loads them without peft, plus the adapter state for resuming).
+
+Device and dtype (``trainer.device``, ``trainer.dtype``, resolved by ``hermes_nb.system.devices``): the model,
+the optimizer state and every batch live on the device. The dtype is the *compute* dtype: forward passes run
+under autocast in it, while the weights that are trained and their Adam moments stay float32. bfloat16 keeps 8
+significant bits, so an Adam update below 1/512 to 1/256 of a weight (half its spacing) rounds away: at learning
+rates of 1e-5 to 1e-4 bfloat16 weights would barely move. A LoRA base is frozen, so it is stored in the compute
+dtype (half the memory); peft keeps its adapters float32. Logprobs and losses are computed in float32 (logits
+are upcast before the log-softmax). float16 gradients are loss-scaled (``torch.amp.GradScaler``); bfloat16 has
+float32's range and needs none. Checkpoints are float32 whatever the compute dtype (LoRA adapters merged in
+float32), and the sampler gets the weights in the compute dtype.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import re
 from pathlib import Path
@@ -14,8 +25,10 @@ from typing import Any
 
 import torch
 
+from hermes_nb.inference.fast_forward import supports as lean_forward_supports
 from hermes_nb.inference.sampler import stepper_for
 from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE
+from hermes_nb.system.devices import Hardware, resolve_hardware
 from hermes_nb.trainer.losses import LossSums, policy_loss_sum, token_logprobs
 from hermes_nb.trainer.packing import PackedBatch, can_pack, pack
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
@@ -51,13 +64,16 @@ def pad_float(rows: list[list[float]]) -> torch.Tensor:
 
 def load_trainer_state(path: Path) -> dict[str, Any]:
     """``trainer_state.pt``, unpickled with ``weights_only``: tensors and plain values load (optimizer state, step,
-    RNG states), anything else is refused, so a checkpoint directory copied from elsewhere cannot run code."""
+    RNG states), anything else is refused, so a checkpoint directory copied from elsewhere cannot run code.
+
+    Loaded onto the CPU whatever device saved it (a run trained on CUDA resumes on a machine without one);
+    the optimizer and the adapters copy their tensors to the model's device when they take them."""
     import pickle
 
     from hermes_nb.errors import TransferError
 
     try:
-        state: dict[str, Any] = torch.load(path, weights_only=True)
+        state: dict[str, Any] = torch.load(path, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
         what = f"`{found.group(1)}`" if found else "an object"
@@ -82,9 +98,28 @@ def load_weights_into(model: Any, weights_dir: Path, field: str = "infra.init_we
         raise TransferError(f"{field}: {weights_dir} does not fit the base model ({first})") from None
 
 
+def cast_weights(model: Any, dtype: torch.dtype) -> Any:
+    """``model`` with its parameters in ``dtype``; buffers keep theirs. ``Module.to(dtype)`` would also round the
+    float32 RoPE frequencies (``inv_freq``) that transformers keeps, as ``from_pretrained(dtype=...)`` does."""
+    for param in model.parameters():  # tied parameters are one object, listed once: they stay tied
+        param.data = param.data.to(dtype)
+    return model
+
+
+def enable_checkpointing(model: Any) -> None:
+    """Recompute each decoder layer in the backward pass instead of keeping its activations. Non-reentrant: it
+    needs no input that requires grad, which a LoRA model's frozen embeddings are not."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.24 (the old name warns there)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 class LocalBackend:
     """``model_dir`` gives the architecture and tokenizer; ``init_weights`` (a ``from_pretrained`` directory of
-    the same architecture, e.g. another run's checkpoint) replaces its weights before any adapter is added."""
+    the same architecture, e.g. another run's checkpoint) replaces its weights before any adapter is added.
+    ``device`` and ``dtype`` are ``trainer.device`` / ``trainer.dtype`` settings (``auto`` included)."""
 
     def __init__(
         self,
@@ -94,28 +129,47 @@ class LocalBackend:
         seed: int = 0,
         init_weights: Path | None = None,
         pack_batches: bool = True,
+        device: str = "auto",
+        dtype: str = "auto",
+        gradient_checkpointing: bool = False,
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         torch.manual_seed(seed)
+        self.hardware: Hardware = resolve_hardware(device, dtype)
         self._model_dir = Path(model_dir)
         self._tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        self.lora_rank = lora_rank
+        self.gradient_checkpointing = gradient_checkpointing
+        self.model: Any = self._load_model(init_weights)
+        # Shared prompts and repeated completions computed once (exact; hermes_nb.trainer.packing). The packed
+        # pass carries a KV cache from one forward call into the next: under gradient checkpointing only the lean
+        # forward keeps it (transformers turns its cache off then), so other models (LoRA ones too) run unpacked.
+        self.pack_batches = pack_batches and (not gradient_checkpointing or lean_forward_supports(self.model))
+        self.model.train()
+        self._optimizer: torch.optim.Optimizer | None = None
+        # float16 gradients underflow without loss scaling; float32 and bfloat16 (float32's range) need none.
+        self._scaler = torch.amp.GradScaler(self.hardware.device.type, enabled=self.hardware.dtype == torch.float16)
+        self._version = 0
+        self.pad_id = int(self._tokenizer.pad_token_id or self._tokenizer.eos_token_id or 0)
+
+    def _load_model(self, init_weights: Path | None) -> Any:
+        from transformers import AutoModelForCausalLM
+
+        # Trained weights stay float32 (see the module doc); a LoRA base is frozen, so it is stored as computed.
+        stored = self.hardware.dtype if self.lora_rank > 0 else torch.float32
+        model: Any = AutoModelForCausalLM.from_pretrained(str(self._model_dir), dtype=stored)
         if init_weights is not None:
             load_weights_into(model, Path(init_weights))
             logger.info("initial weights loaded from %s", init_weights)
-        self.lora_rank = lora_rank
-        # Shared prompts and repeated completions computed once (exact; hermes_nb.trainer.packing).
-        self.pack_batches = pack_batches
-        if lora_rank > 0:
+        model.to(self.hardware.device)
+        if self.gradient_checkpointing:
+            enable_checkpointing(model)
+        if self.lora_rank > 0:
             peft = _load_peft()
-            lora = peft.LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, target_modules="all-linear")
-            model = peft.get_peft_model(model, lora)
-        self.model: Any = model
-        self.model.train()
-        self._optimizer: torch.optim.Optimizer | None = None
-        self._version = 0
-        self.pad_id = int(self._tokenizer.pad_token_id or self._tokenizer.eos_token_id or 0)
+            lora = peft.LoraConfig(r=self.lora_rank, lora_alpha=2 * self.lora_rank, target_modules="all-linear")
+            model = peft.get_peft_model(model, lora)  # adapters in float32 on any base (autocast_adapter_dtype)
+        return model
 
     @property
     def tokenizer(self) -> Any:
@@ -133,32 +187,41 @@ class LocalBackend:
         rows = max(1, MAX_LOGITS_ELEMENTS // (width * self._vocab_size()))
         return [data[i : i + rows] for i in range(0, len(data), rows)]
 
+    def _on_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(self.hardware.device)
+
     def _logprobs(self, batch: list[Datum]) -> torch.Tensor:
-        inputs_BT = pad_right([d.input_tokens_T for d in batch], self.pad_id)
-        targets_BT = pad_right([d.target_tokens_T for d in batch], self.pad_id)
-        logits_BTV = self.model(input_ids=inputs_BT, use_cache=False).logits
+        """``[B, T]`` float32 logprobs of each datum's targets (the logits are upcast before the log-softmax)."""
+        inputs_BT = self._on_device(pad_right([d.input_tokens_T for d in batch], self.pad_id))
+        targets_BT = self._on_device(pad_right([d.target_tokens_T for d in batch], self.pad_id))
+        with self.hardware.autocast():
+            logits_BTV = self.model(input_ids=inputs_BT, use_cache=False).logits
         return token_logprobs(logits_BTV, targets_BT)
 
     def forward(self, data: list[Datum]) -> list[list[float]]:
         out: list[list[float]] = []
         with torch.no_grad():
             for batch in self._micro_batches(data):
-                logp_BT = self._logprobs(batch)
+                logp_BT = self._logprobs(batch).cpu()  # one transfer from the device, not one per row
                 out += [logp_BT[i, : len(d.input_tokens_T)].tolist() for i, d in enumerate(batch)]
         return out
 
     def _packed_logprobs(self, packed: PackedBatch) -> torch.Tensor:
         """Logprobs of each row's continuation targets: contexts once into a KV cache, then the continuations
         on top of it, with gradients through both passes (``hermes_nb.trainer.packing``)."""
-        stepper = stepper_for(self.model)  # built now: it fuses this step's weights
-        stepper.prefill(packed.context_ids_PC, packed.context_mask_PC, packed.context_positions_PC)
-        stepper.select(packed.row_context_R)
-        logits_RSV = stepper.extend(packed.ids_RS, packed.continuation_mask_RCS, packed.positions_RS)
+        with self.hardware.autocast():
+            stepper = stepper_for(self.model)  # built now: it fuses this step's weights
+            stepper.prefill(packed.context_ids_PC, packed.context_mask_PC, packed.context_positions_PC)
+            stepper.select(packed.row_context_R)
+            logits_RSV = stepper.extend(packed.ids_RS, packed.continuation_mask_RCS, packed.positions_RS)
         return token_logprobs(logits_RSV, packed.targets_RS)
 
     def _loss_sums(self, batch: list[Datum], loss_fn: str, config: LossConfig | None) -> LossSums:
         if self.pack_batches and can_pack(batch):
             packed = pack(batch, self.pad_id)
+            packed = dataclasses.replace(
+                packed, **{f.name: self._on_device(getattr(packed, f.name)) for f in dataclasses.fields(packed)}
+            )
             return policy_loss_sum(
                 loss_fn,
                 self._packed_logprobs(packed),
@@ -171,9 +234,9 @@ class LocalBackend:
         return policy_loss_sum(
             loss_fn,
             self._logprobs(batch),
-            pad_float([d.sampling_logprobs_T for d in batch]),
-            pad_float([d.advantages_T for d in batch]),
-            pad_float([d.weights_T for d in batch]),
+            self._on_device(pad_float([d.sampling_logprobs_T for d in batch])),
+            self._on_device(pad_float([d.advantages_T for d in batch])),
+            self._on_device(pad_float([d.weights_T for d in batch])),
             config,
         )
 
@@ -187,7 +250,7 @@ class LocalBackend:
         for batch in self._micro_batches(data):
             sums = self._loss_sums(batch, loss_fn, loss_fn_config)
             # Divide by the whole batch's token count so micro-batches add up to the token-mean.
-            (sums.loss / total).backward()
+            self._scaler.scale(sums.loss / total).backward()
             loss += float(sums.loss.detach())
             ratio, clipped, log_ratio = ratio + sums.ratio, clipped + sums.clipped, log_ratio + sums.log_ratio
         metrics = {
@@ -213,27 +276,39 @@ class LocalBackend:
     def optim_step(self, adam: AdamParams) -> OptimStepOutput:
         optimizer = self._ensure_optimizer(adam)
         params = self._trainable()
+        if all(p.grad is None for p in params):
+            # Nothing was trained since the last step: Adam skips gradient-less parameters anyway, and a loss
+            # scaler would refuse a step that recorded no gradient to check.
+            return OptimStepOutput(metrics={"grad_norm": 0.0, "learning_rate": adam.learning_rate})
+        self._scaler.unscale_(optimizer)  # clipping sees the true gradients (no-op unless float16)
         max_norm = adam.max_grad_norm if adam.max_grad_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        optimizer.step()
+        self._scaler.step(optimizer)  # skipped, and the scale lowered, when float16 gradients overflowed
+        self._scaler.update()
         optimizer.zero_grad(set_to_none=True)
         return OptimStepOutput(metrics={"grad_norm": grad_norm, "learning_rate": adam.learning_rate})
 
     def _plain_model(self) -> Any:
-        """A detached copy without adapters: what samplers and ``from_pretrained`` get."""
+        """A detached float32 copy without adapters, in eval mode. Adapters are merged in float32: merged into a
+        bfloat16 base, their updates (small next to the base weights) would mostly round away."""
         snapshot: Any = copy.deepcopy(self.model)
         if self.lora_rank > 0:
-            snapshot = snapshot.merge_and_unload()
+            snapshot = cast_weights(snapshot, torch.float32).merge_and_unload()
         snapshot.eval()
         snapshot.requires_grad_(False)
         return snapshot
 
     def save_state(self, path: Path, extra: dict[str, Any]) -> None:
+        """The model in float32 (``from_pretrained`` loads it without peft), its tokenizer, and the trainer state
+        (optimizer, loss scale, LoRA adapters, ``extra``)."""
         path.mkdir(parents=True, exist_ok=True)
-        self._plain_model().save_pretrained(str(path))
+        # A full fine-tune's weights are float32 already and have no adapter: saved as they are, without a copy.
+        (self._plain_model() if self.lora_rank > 0 else self.model).save_pretrained(str(path))
         self._tokenizer.save_pretrained(str(path))
         state: dict[str, Any] = dict(extra)
         state["optimizer"] = self._optimizer.state_dict() if self._optimizer is not None else None
+        if self._scaler.is_enabled():
+            state["grad_scaler"] = self._scaler.state_dict()
         if self.lora_rank > 0:
             state["adapter"] = _load_peft().get_peft_model_state_dict(self.model)
         torch.save(state, path / TRAINER_STATE_FILE)
@@ -247,22 +322,29 @@ class LocalBackend:
         optimizer_state = state.pop("optimizer", None)
         if optimizer_state is not None:
             self._optimizer = torch.optim.AdamW(self._trainable(), lr=1e-3, fused=True)
-            self._optimizer.load_state_dict(optimizer_state)
+            self._optimizer.load_state_dict(optimizer_state)  # moved to the parameters' device
+        scaler_state = state.pop("grad_scaler", None)
+        if scaler_state is not None and self._scaler.is_enabled():
+            self._scaler.load_state_dict(scaler_state)
         state.pop("adapter", None)
         return state
 
     def sampler_model(self) -> Any:
-        """A frozen copy of the current model for an in-process sampler to own; later weights reach it as the
-        state dicts of ``save_weights_for_sampler``."""
-        return self._plain_model()
+        """A frozen copy of the current model, on the device in the compute dtype, for an in-process sampler to
+        own; later weights reach it as the state dicts of ``save_weights_for_sampler``."""
+        return cast_weights(self._plain_model(), self.hardware.dtype)
 
     def save_weights_for_sampler(self, name: str) -> SamplerHandle:
-        """The current weights as a state dict of fresh tensors (training never touches them again), for
-        ``InferenceEngine.publish_weights``. A copy of the tensors costs well under a millisecond here; a deep
-        copy of the module cost ~10 ms per step."""
+        """The current weights as a state dict of fresh tensors in the compute dtype (training never touches them
+        again), for ``InferenceEngine.publish_weights``. A copy of the tensors costs well under a millisecond
+        here; a deep copy of the module cost ~10 ms per step."""
         self._version += 1
-        if self.lora_rank > 0:
-            weights = self._plain_model().state_dict()  # merging the adapters needs a copy of the model anyway
-        else:
-            weights = {key: tensor.detach().clone() for key, tensor in self.model.state_dict().items()}
+        # Merging the adapters needs a copy of the model anyway; a full fine-tune's tensors are copied below.
+        model = self._plain_model() if self.lora_rank > 0 else self.model
+        parameters = {key for key, _ in model.named_parameters(remove_duplicate=False)}
+        weights = {
+            # Parameters in the compute dtype, as the sampler's model holds them; buffers keep their own.
+            key: tensor.detach().to(dtype=self.hardware.dtype if key in parameters else tensor.dtype, copy=True)
+            for key, tensor in model.state_dict().items()
+        }
         return SamplerHandle(name=name, version=self._version, policy=weights)

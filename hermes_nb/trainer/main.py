@@ -126,6 +126,19 @@ def serve_inference(engine: InferenceEngine, port: int | None, cleanup: contextl
     logger.info("inference server listening on 127.0.0.1:%d (loading model)", server.port)
 
 
+def log_hardware(config: RunConfig) -> None:
+    """Resolve ``trainer.device`` / ``trainer.dtype`` first, so a CUDA device this machine lacks is one line in
+    the log and exit 2 before any server starts, and the log says where the model runs."""
+    trainer = config.trainer
+    if trainer.backend != "local":
+        return
+    from hermes_nb.system.devices import resolve_hardware
+
+    hardware = resolve_hardware(trainer.device, trainer.dtype)
+    checkpointing = "on" if trainer.gradient_checkpointing else "off"
+    logger.info("local backend on %s (gradient checkpointing %s)", hardware.describe(), checkpointing)
+
+
 def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
     """Everything the process does, in order; each step waits on readiness, never on a fixed sleep.
 
@@ -143,6 +156,7 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
     trainer = config.trainer
     torch.set_num_threads(trainer.torch_threads or default_torch_threads())
     torch.manual_seed(trainer.seed)
+    log_hardware(config)
     with contextlib.ExitStack() as cleanup:
         engine = make_engine(config)
         serve_inference(engine, config.infra.inference_port, cleanup)

@@ -58,6 +58,8 @@ def test_indirect_subclass_in_the_same_file_and_abstract_bases_are_skipped(tmp_p
         ("import atroposlib.envs.base", "atroposlib.envs.base.BaseEnv"),
         ("from hermes_nb import env as hn", "hn.BaseEnv"),
         ("from hermes_nb.env import BaseEnv as E", "E"),
+        ("from hermes_nb.env import QAEnv", "QAEnv"),
+        ("from hermes_nb.env import AgentEnv", "AgentEnv"),
     ],
 )
 def test_import_forms_of_base_env_are_recognised(tmp_path: Path, imports: str, base: str) -> None:
