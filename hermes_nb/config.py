@@ -292,15 +292,20 @@ class RunConfig(BaseModel):
         tmp.replace(path)
 
 
+def embedded_model_dir(name: str) -> Path | None:
+    """The folder of a model shipped in the package (``embedded``, ``embedded-chat``), None for any other name."""
+    if name == EMBEDDED_BASE_MODEL:
+        return embedded_base_model_dir()
+    if name == EMBEDDED_CHAT_MODEL:
+        return embedded_chat_model_dir()
+    return None
+
+
 def base_model_dir(base_model: str) -> Path:
     """The directory a ``trainer.base_model`` value names: ``embedded`` and ``embedded-chat`` are the models
     shipped in the package, anything else a local model directory (whether it holds a model is for the caller to
     check and report)."""
-    if base_model == EMBEDDED_BASE_MODEL:
-        return embedded_base_model_dir()
-    if base_model == EMBEDDED_CHAT_MODEL:
-        return embedded_chat_model_dir()
-    return Path(base_model).expanduser()
+    return embedded_model_dir(base_model) or Path(base_model).expanduser()
 
 
 # Locked = infrastructure the system decides. Dotted names, as accepted by rl_edit_config.

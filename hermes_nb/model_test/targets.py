@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
-from hermes_nb.config import EMBEDDED_BASE_MODEL, RunConfig, base_model_dir
+from hermes_nb.config import RunConfig, base_model_dir, embedded_model_dir
 from hermes_nb.errors import HermesNBError, TransferError
 from hermes_nb.model_test.hosted import SCALES, HostedModelsConfig
 
@@ -30,7 +30,7 @@ KEY_ENV_VAR = "HERMES_NB_TEST_API_KEY_ENV"
 OPENROUTER_HOST = "openrouter.ai"
 OPENROUTER_KEY = "OPENROUTER_API_KEY"
 ACCEPTED = (
-    "a run id, '<run id>@best', a checkpoint or model directory, 'embedded', "
+    "a run id, '<run id>@best', a checkpoint or model directory, 'embedded', 'embedded-chat', "
     "an endpoint 'http(s)://host/v1[#model-name]' or a hosted model id 'org/model'"
 )
 # A hosted model id as OpenRouter writes them: "qwen/qwen3-8b", "openai/gpt-4o-mini:free".
@@ -121,8 +121,8 @@ def resolve_target(reference: str, hosted: HostedModelsConfig | None = None) -> 
         raise ModelReferenceError(f"models: an entry is empty; use {ACCEPTED}")
     if reference.startswith(("http://", "https://")):
         return _endpoint_target(reference, hosted)
-    if reference == EMBEDDED_BASE_MODEL:
-        return _model_dir_target(reference, base_model_dir(reference), "models")
+    if (shipped := embedded_model_dir(reference)) is not None:
+        return _model_dir_target(reference, shipped, "models")
     from hermes_nb.runs.transfer import weights_path
 
     try:

@@ -90,11 +90,13 @@ SDK_ALTERNATIVES: dict[str, tuple[tuple[tuple[str, str, tuple[str, ...]], ...], 
 
 
 def tinker_model_name(base_model: str) -> str:
-    """The name the server knows the base model by: ``embedded`` is the shipped model's directory (a self-hosted
-    server started on it offers that path); anything else is passed as written (``Qwen/Qwen3-8B``, a path)."""
-    from hermes_nb.config import EMBEDDED_BASE_MODEL, base_model_dir
+    """The name the server knows the base model by: a shipped model (``embedded``, ``embedded-chat``) is its
+    directory (a self-hosted server started on it offers that path); anything else is passed as written
+    (``Qwen/Qwen3-8B``, a path)."""
+    from hermes_nb.config import embedded_model_dir
 
-    return str(base_model_dir(base_model)) if base_model == EMBEDDED_BASE_MODEL else base_model
+    shipped = embedded_model_dir(base_model)
+    return str(shipped) if shipped is not None else base_model
 
 
 def resolved(value: Any) -> Any:

@@ -37,6 +37,8 @@ def _stop_runs_left_behind() -> Iterator[None]:
 
 # The notebooks as written run for minutes; the suite runs them shorter through their parameters cell.
 CUSTOM_STEPS, TRANSFER_STEPS, QUICKSTART_STEPS = 8, 6, 20
+# The agent notebook's run, shortened: a few steps of small batches and a small held-out set.
+AGENT_OVERRIDES = {"total_steps": 3, "steps_per_eval": 3, "eval_items": 16, "group_size": 4, "batch_size": 8}
 
 
 def execute(name: str, tmp_path: Path, parameters: dict[str, Any]) -> Any:
@@ -95,6 +97,20 @@ def test_transfer_learning_trains_a_then_b_three_ways_and_tests_task_a(tmp_path:
     assert len(png_outputs(cell_with(book, "%rl_watch $b_from_a $b_from_base --wait"))) == 1
     retained = cell_with(book, "labels = {").outputs[0]["data"]["text/plain"]
     assert retained.count("of task A correct") == 3
+
+
+def test_agent_notebook_trains_opens_the_rollout_viewer_and_compares_base_and_trained(tmp_path: Path) -> None:
+    book = execute("agent.ipynb", tmp_path, {"overrides": AGENT_OVERRIDES})
+
+    [run] = results_of_every_run()
+    assert run.environment == "calculator_agent"
+    assert run.status == "completed", run.error
+    assert len(run.history) == AGENT_OVERRIDES["total_steps"]
+    assert len(png_outputs(cell_with(book, "%rl_watch $run_id --wait"))) == 1
+    samples = json.dumps(cell_with(book, "%rl_samples $run_id").outputs)
+    assert "hermes-nb-tool-call" in samples and "calculate" in samples  # a conversation with its tool call
+    compared = cell_with(book, "after = await").outputs[0]["data"]["text/plain"]
+    assert "embedded-chat" in compared and run.run_id in compared
 
 
 def test_main_job_runs_the_quickstart_to_completion_and_writes_its_plot(tmp_path: Path) -> None:
