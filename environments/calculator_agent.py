@@ -64,11 +64,12 @@ THINGS = ("pens", "apples", "stickers", "cards", "marbles", "books", "cookies", 
 @dataclass(frozen=True)
 class Problem:
     """A word problem with its two reference steps: ``second`` completes the second expression from the first
-    step's result (``"23+{}"`` reads as ``23+48`` once the tool said 48)."""
+    step's result (``"23+{}"`` reads as ``23+48`` once the tool said 48). ``template`` names its kind."""
 
     question: str
     first: str
     second: str
+    template: str
 
 
 def _boxes(rng: random.Random, name: str, pronoun: str, thing: str) -> Problem:
@@ -77,7 +78,7 @@ def _boxes(rng: random.Random, name: str, pronoun: str, thing: str) -> Problem:
         f"{name} has {have} {thing}. {pronoun.capitalize()} buys {boxes} boxes of {per_box} {thing}. "
         f"How many {thing} does {pronoun} have now?"
     )
-    return Problem(question, f"{boxes}*{per_box}", f"{have}+{{}}")
+    return Problem(question, f"{boxes}*{per_box}", f"{have}+{{}}", "boxes")
 
 
 def _give_then_buy(rng: random.Random, name: str, pronoun: str, thing: str) -> Problem:
@@ -87,7 +88,7 @@ def _give_then_buy(rng: random.Random, name: str, pronoun: str, thing: str) -> P
         f"{name} has {have} {thing}. {pronoun.capitalize()} gives away {given} {thing} and then buys {bought} "
         f"more. How many {thing} does {pronoun} have now?"
     )
-    return Problem(question, f"{have}-{given}", f"{{}}+{bought}")
+    return Problem(question, f"{have}-{given}", f"{{}}+{bought}", "give_then_buy")
 
 
 def _share(rng: random.Random, name: str, pronoun: str, thing: str) -> Problem:
@@ -98,7 +99,7 @@ def _share(rng: random.Random, name: str, pronoun: str, thing: str) -> Problem:
         f"{name} buys {bags} bags of {per_bag} {thing} and shares them equally among {friends} friends. "
         f"How many {thing} does each friend get?"
     )
-    return Problem(question, f"{bags}*{per_bag}", f"{{}}/{friends}")
+    return Problem(question, f"{bags}*{per_bag}", f"{{}}/{friends}", "share")
 
 
 def _shelf(rng: random.Random, name: str, pronoun: str, thing: str) -> Problem:
@@ -108,7 +109,7 @@ def _shelf(rng: random.Random, name: str, pronoun: str, thing: str) -> Problem:
         f"A shelf holds {rows} rows of {per_row} {thing}. {name} takes {taken} {thing} away. "
         f"How many {thing} are left on the shelf?"
     )
-    return Problem(question, f"{rows}*{per_row}", f"{{}}-{taken}")
+    return Problem(question, f"{rows}*{per_row}", f"{{}}-{taken}", "shelf")
 
 
 def _times_as_many(rng: random.Random, name: str, pronoun: str, thing: str) -> Problem:
@@ -117,7 +118,7 @@ def _times_as_many(rng: random.Random, name: str, pronoun: str, thing: str) -> P
     question = (
         f"{name} has {have} {thing}. {other} has {times} times as many {thing}. How many {thing} do they have together?"
     )
-    return Problem(question, f"{have}*{times}", f"{have}+{{}}")
+    return Problem(question, f"{have}*{times}", f"{have}+{{}}", "times_as_many")
 
 
 TEMPLATES: tuple[Callable[[random.Random, str, str, str], Problem], ...] = (
@@ -142,9 +143,11 @@ def reference_steps(problem: Problem) -> tuple[str, str]:
 
 
 def to_item(problem: Problem) -> QAItem:
-    """The environment's item: the question, the final number, and the reference steps (for demonstrations)."""
+    """The environment's item: the question, the final number, and for demonstrations the reference steps, the
+    template's name and its second step with a blank for the first result."""
     first, second = reference_steps(problem)
-    return QAItem(prompt=problem.question, answer=calculate(second), metadata={"steps": [first, second]})
+    metadata = {"steps": [first, second], "template": problem.template, "second_step": problem.second}
+    return QAItem(prompt=problem.question, answer=calculate(second), metadata=metadata)
 
 
 def generate_item(rng: random.Random) -> QAItem:

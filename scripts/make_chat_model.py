@@ -72,11 +72,17 @@ MODEL_SHAPE: dict[str, Any] = {
     "num_key_value_heads": 2,
     "head_dim": 32,
 }
+# Demonstrations of these templates use the wrong operation in their first step ("+" for "*" or "-") in a share of
+# conversations (``--misstep-share``), the rest of the conversation consistent with it. Stopping early alone leaves a
+# model whose errors are miscopied digits that sampling rarely gets right, and in-process GRPO did not move its
+# greedy success in 60 steps (docs/chat_model.md); a wrong step that the model also often takes right is an error
+# RL fixes. "share" stays clean: a wrong sum there would leave an inexact division.
+MISSTEP_TEMPLATES = frozenset({"boxes", "give_then_buy", "shelf", "times_as_many"})
 # Held-out items of every evaluation: the environment's default evaluation.
 EVAL_ITEMS = 200
 # Success rises steeply once copying numbers "clicks" (16% to 62% within 50 steps at seed 0): check often, so the
 # stop lands in the partial range.
-EVAL_EVERY = 10
+EVAL_EVERY = 25
 # Before the training loss falls under this, success is ~0% (2% at loss 0.57, seed 0) and an evaluation is at its
 # slowest (every turn runs to its token limit): evaluations start below it.
 EVAL_BELOW_LOSS = 0.5
@@ -137,6 +143,17 @@ class Task:
 
     def eval_items(self) -> list[QAItem]:
         return self.env.eval_items()
+
+    def demonstrated_item(self, rng: random.Random, misstep_share: float) -> QAItem:
+        """A training item whose demonstration takes the wrong first operation in ``misstep_share`` of the
+        conversations of ``MISSTEP_TEMPLATES`` (answer and second step follow from it)."""
+        item = self.train_item(rng)
+        if item.metadata["template"] not in MISSTEP_TEMPLATES or rng.random() >= misstep_share:
+            return item
+        first = item.metadata["steps"][0].replace("*", "+").replace("-", "+")
+        second = item.metadata["second_step"].format(self.module.calculate(first))
+        metadata = {**item.metadata, "steps": [first, second]}
+        return item.model_copy(update={"answer": self.module.calculate(second), "metadata": metadata})
 
     def render(self, messages: list[ChatMessage], add_generation_prompt: bool = False) -> str:
         rendered = [template_message(m) for m in messages]
@@ -344,7 +361,8 @@ def pretrain(model: Any, tokenizer: Any, task: Task, args: argparse.Namespace) -
     started, cpu_started = time.perf_counter(), time.process_time()
     step = 0
     while step < args.max_steps:
-        rows = [conversation_ids(task, tokenizer, task.train_item(rng)) for _ in range(args.batch_size)]
+        items = [task.demonstrated_item(rng, args.misstep_share) for _ in range(args.batch_size)]
+        rows = [conversation_ids(task, tokenizer, item) for item in items]
         loss = model(**make_batch(rows, tokenizer.pad_token_id)).loss
         optimizer.zero_grad()
         loss.backward()
@@ -407,12 +425,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--seed", type=int, default=0)
-    # 0.25: the first evaluation at or above it lands in the partial range (27.5% at seed 0; ten steps later 51%).
-    parser.add_argument("--stop-at", type=float, default=0.25, help="held-out episode success to stop at")
-    parser.add_argument("--max-steps", type=int, default=3000)
+    # The shipped model trains a fixed 400 steps (--stop-at above 1 never stops early): its mechanics are then
+    # reliable and its held-out success (25% at seed 0) comes from the demonstrated missteps, an error RL fixes.
+    parser.add_argument("--stop-at", type=float, default=1.1, help="held-out episode success to stop at")
+    parser.add_argument("--max-steps", type=int, default=400)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--misstep-share", type=float, default=0.7, help="see MISSTEP_TEMPLATES")
     parser.add_argument("--eval-every", type=int, default=EVAL_EVERY)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)

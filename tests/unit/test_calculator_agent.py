@@ -115,9 +115,15 @@ def test_every_item_is_two_steps_the_tool_confirms() -> None:
         item = calc.generate_item(rng)
         first, second = item.metadata["steps"]
         result = calc.calculate(first)
-        assert result.isdigit() and result in second  # the second step uses the first result
+        assert result.isdigit() and item.metadata["second_step"].format(result) == second  # uses the first result
         assert calc.calculate(second) == item.answer
         assert item.answer.isdigit()
+
+
+def test_the_generator_draws_every_template() -> None:
+    rng = random.Random(2)
+    templates = {calc.generate_item(rng).metadata["template"] for _ in range(200)}
+    assert templates == {"boxes", "give_then_buy", "share", "shelf", "times_as_many"}
 
 
 def test_training_and_held_out_items_are_disjoint() -> None:
