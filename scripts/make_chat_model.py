@@ -10,8 +10,10 @@ What it does, seeded and on fixed torch threads so that a rerun gives the same w
 2. builds a small Qwen3 causal LM from a config (random init);
 3. pretrains it, supervised, on those conversations: the loss is on the assistant turns only (the tool calls,
    the final answer and each turn's ``<|im_end|>``); the tools block, questions and tool results are context;
-4. stops as soon as the greedy held-out *episode* success (multi-turn, the real ``calculate`` tool, the same
-   template) reaches ``--stop-at``: deliberately partial, so that RL has room to show;
+4. in ``--misstep-share`` of the conversations of ``MISSTEP_TEMPLATES`` demonstrates the wrong first operation,
+   so that the model's held-out success is partial with errors RL fixes; evaluates greedy held-out *episodes*
+   (multi-turn, the real ``calculate`` tool, the same template) as it goes and stops at ``--stop-at`` success or
+   after ``--max-steps`` (the shipped model: a fixed 400 steps, ``--stop-at`` 1.1 never stops early);
 5. saves safetensors weights, the tokenizer, the template and ``pretraining.json``.
 
 The test suite never runs this script.
@@ -80,8 +82,7 @@ MODEL_SHAPE: dict[str, Any] = {
 MISSTEP_TEMPLATES = frozenset({"boxes", "give_then_buy", "shelf", "times_as_many"})
 # Held-out items of every evaluation: the environment's default evaluation.
 EVAL_ITEMS = 200
-# Success rises steeply once copying numbers "clicks" (16% to 62% within 50 steps at seed 0): check often, so the
-# stop lands in the partial range.
+# Steps between evaluations: a curve in pretraining.json and a --stop-at that is checked often enough.
 EVAL_EVERY = 25
 # Before the training loss falls under this, success is ~0% (2% at loss 0.57, seed 0) and an evaluation is at its
 # slowest (every turn runs to its token limit): evaluations start below it.
