@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from datums import completion_datum
 from transformers import AutoModelForCausalLM
 
 from hermes_nb.config import EnvironmentRef, RunConfig
@@ -49,20 +50,12 @@ def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("llama"))
 
 
-def _datum(prompt: list[int], completion: list[int], advantage: float) -> Datum:
-    tokens = prompt + completion
-    n = len(tokens) - 1
-    return Datum(
-        input_tokens_T=tokens[:-1],
-        target_tokens_T=tokens[1:],
-        weights_T=[1.0 if t + 1 >= len(prompt) else 0.0 for t in range(n)],
-        sampling_logprobs_T=[-3.0] * n,
-        advantages_T=[advantage] * n,
-    )
-
-
 def _batch() -> list[Datum]:
-    return [_datum(PROMPT, [50, 51, 2], 1.0), _datum(PROMPT, [50, 51, 2], 1.0), _datum(PROMPT, [60, 2], -1.0)]
+    return [
+        completion_datum(PROMPT, [50, 51, 2], 1.0),
+        completion_datum(PROMPT, [50, 51, 2], 1.0),
+        completion_datum(PROMPT, [60, 2], -1.0),
+    ]
 
 
 def _grads(backend: LocalBackend) -> torch.Tensor:
@@ -221,7 +214,7 @@ def test_the_sampler_holds_and_samples_in_the_compute_dtype(chat_dir: Path) -> N
         engine.close()
     assert version == 1
     assert {p.dtype for p in sampler.parameters()} == {torch.bfloat16}  # the published weights kept it
-    sampled = [_datum(PROMPT, r.token_ids, 1.0) for r in results]
+    sampled = [completion_datum(PROMPT, r.token_ids, 1.0) for r in results]
     trainer_logprobs = backend.forward(sampled)
     for result, datum, logprobs in zip(results, sampled, trainer_logprobs, strict=True):
         trained = logprobs[len(PROMPT) - 1 :]

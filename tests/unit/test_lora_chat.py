@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from datums import completion_datum
 
 from hermes_nb.inference.engine import InferenceEngine, Policy
 from hermes_nb.inference.sampler import SampleRow
@@ -29,26 +30,14 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_chat_model(tmp_path_factory.mktemp("chat"))
 
 
-def _datum(prompt: list[int], completion: list[int], advantage: float) -> Datum:
-    tokens = prompt + completion
-    n = len(tokens) - 1
-    return Datum(
-        input_tokens_T=tokens[:-1],
-        target_tokens_T=tokens[1:],
-        weights_T=[1.0 if t + 1 >= len(prompt) else 0.0 for t in range(n)],
-        sampling_logprobs_T=[-3.0] * n,
-        advantages_T=[advantage] * n,
-    )
-
-
 def _group() -> list[Datum]:
     """One prompt, repeated and distinct completions: a batch the packed pass packs."""
     prompt = [1, 40, 41, 42]
     return [
-        _datum(prompt, [50, 51, 2], 1.0),
-        _datum(prompt, [50, 51, 2], 1.0),
-        _datum(prompt, [60, 2], -1.0),
-        _datum([1, 43, 44], [70, 71, 72, 2], 0.5),
+        completion_datum(prompt, [50, 51, 2], 1.0),
+        completion_datum(prompt, [50, 51, 2], 1.0),
+        completion_datum(prompt, [60, 2], -1.0),
+        completion_datum([1, 43, 44], [70, 71, 72, 2], 0.5),
     ]
 
 
