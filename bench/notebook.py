@@ -159,8 +159,9 @@ def frames_by_kind(figure: MetricsFigure, frame: Callable[[], None], repeat: int
 
 
 def limits_grew(points: int, smoothing: float, repeat: int) -> tuple[Timings, Timings, Timings]:
-    """A new plot's first frame at ``points`` steps; then a frame whose new step has a loss far above the rest
-    (one value axis grows); then one whose new step is past the end of the step axis (every step axis grows)."""
+    """A new plot's first frame at ``points`` steps; then, after a frame with nothing new, a frame whose new step
+    has a loss far above the rest (one value axis grows); then one whose new step is past the end of the step axis
+    (every step axis grows)."""
     first: Timings = ([], [])
     value_axis: Timings = ([], [])
     step_axis: Timings = ([], [])
@@ -169,6 +170,9 @@ def limits_grew(points: int, smoothing: float, repeat: int) -> tuple[Timings, Ti
         figure = MetricsFigure(["run"], smoothing=smoothing)
         draw = functools.partial(redraw, figure, series)
         extend(first, timed(draw, 1))
+        # A frame with nothing new, as most are: the background measures there what the first frame drew, which
+        # the frames below (one panel's axes, the step axes) need to draw only those (plotting/background.py).
+        draw()
         end = int(figure.figure.axes[0].get_xlim()[1])
         assert end >= points, "the bench's steps outgrew the step axis before the value axis could grow"
         spike = row(points)

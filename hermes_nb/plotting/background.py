@@ -9,7 +9,9 @@ Text is most of what a draw costs, so a redraw draws only what the grown limits 
   value axis that grows redraws only its own cell.
 
 A tick label wider than its cell would be cut by the next redraw of the cell it reaches into, so while one does,
-every redraw draws the whole background. The value axis goes under the step axis (matplotlib draws them the
+every redraw draws the whole background. Which labels reach out is measured by the first frame after a whole draw
+that has nothing to draw (a blit, the cheap kind), not by the whole draw itself (the dearest kind); a limit that
+grows before that is drawn whole again. The value axis goes under the step axis (matplotlib draws them the
 other way round): where two faint grid lines cross, the blend differs by rounding only.
 """
 
@@ -44,7 +46,8 @@ class AxesBackground:
         self._whole: object | None = None  # the background last drawn
         self._to_draw: set[int] = set()  # panels whose limits changed since
         self._value_axis_to_draw: set[int] = set()  # ... and of those, the ones whose value axis changed
-        self._crossing: set[int] = set()  # panels whose axes, as drawn, reach out of their cell
+        # Panels whose axes, as drawn, reach out of their cell; None: not measured since the last whole draw.
+        self._crossing: set[int] | None = None
         self.draws = 0
 
     def set_limits(self, index: int, x: tuple[float, float], y: tuple[float, float]) -> None:
@@ -60,21 +63,28 @@ class AxesBackground:
         """Put the background on the canvas, drawing again what changed since the last time."""
         if self._whole is not None and not self._to_draw:
             self._canvas.restore_region(self._whole)
+            if self._crossing is None:
+                self._crossing = {index for index in range(len(self._axes)) if not self._fits_cell(index, both=True)}
             return
-        crossing = self._crossing - self._to_draw  # panels not drawn again keep what they had
-        # A panel that reached out is checked whole again, the others only for what changed.
-        crossing |= {index for index in self._to_draw if not self._fits_cell(index, both=index in self._crossing)}
-        if self._whole is None or crossing or self._crossing:  # ... or had: that must be wiped too
+        if self._whole is None or self._crossing is None or self._crossing:  # ... or had: that must be wiped too
             self._draw_every_panel()
+            self._crossing = None
         else:
-            self._canvas.restore_region(self._whole)
-            for index in sorted(self._to_draw):
-                self._draw_panel(index)
-        self._crossing = crossing
+            self._draw_changed_panels()
         self._whole = self._canvas.copy_from_bbox(self._canvas.figure.bbox)
         self._to_draw.clear()
         self._value_axis_to_draw.clear()
         self.draws += 1
+
+    def _draw_changed_panels(self) -> None:
+        """Only the panels whose limits changed, unless one of them now reaches out of its cell."""
+        if any(not self._fits_cell(index, both=False) for index in sorted(self._to_draw)):
+            self._draw_every_panel()
+            self._crossing = None
+            return
+        self._canvas.restore_region(self._whole)
+        for index in sorted(self._to_draw):
+            self._draw_panel(index)
 
     def _draw_fixed(self) -> tuple[object, list[object]]:
         """The figure without the lines and the panels' axes, whole and per cell."""

@@ -12,7 +12,6 @@ run, and titles and axis labels have fixed places, so no draw measures text only
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,14 +20,15 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.axis import Axis
-from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
+from matplotlib.backends.backend_agg import RendererAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
-from PIL import Image
 
 from hermes_nb.plotting.background import AxesBackground
+from hermes_nb.plotting.canvas import MetricsCachingCanvas
 from hermes_nb.plotting.limits import Limits, grow
+from hermes_nb.plotting.png import encode_rgb_png
 from hermes_nb.plotting.series import RunSeries, decimate
 from hermes_nb.protocol.metrics import (
     EVAL_PERCENT_CORRECT,
@@ -67,8 +67,6 @@ TICKS_PER_AXIS = 5
 # Between the columns (80 px): that half label of the left panels, then the right panels' value labels (up to
 # 8 characters, "-0.00025"), each inside its panel's cell (see background.COLUMN_SPLIT).
 MARGINS = {"left": 0.07, "right": 0.975, "bottom": 0.08, "top": 0.95, "wspace": 0.25, "hspace": 0.28}
-# zlib level 1: a few percent larger than the default level 6 and several times faster to encode.
-PNG_COMPRESS_LEVEL = 1
 # The raw curve stays visible behind the smoothed one, faintly, as TensorBoard does.
 RAW_ALPHA_WHEN_SMOOTHED = 0.25
 # A line through one point draws nothing, so a panel would stay empty until its second point (the eval panel
@@ -94,7 +92,7 @@ class MetricsFigure:
         self.smoothing = smoothing
         self.figure = Figure(figsize=FIGSIZE_IN, dpi=DPI)
         self.figure.subplots_adjust(**MARGINS)
-        self._canvas = FigureCanvasAgg(self.figure)
+        self._canvas = MetricsCachingCanvas(self.figure)
         self._axes: list[Axes] = list(self.figure.subplots(2, 2).flat)
         for index, (ax, panel) in enumerate(zip(self._axes, PANELS, strict=True)):
             # A title at a given height: left to place it, matplotlib measures every tick label on each draw to see
@@ -175,12 +173,7 @@ class MetricsFigure:
             for ax, raw, smooth in zip(self._axes, lines.raw, lines.smooth, strict=True):
                 ax.draw_artist(raw)
                 ax.draw_artist(smooth)
-        width, height = self._canvas.get_width_height()
-        image = Image.frombuffer("RGBA", (width, height), self._canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-        buffer = io.BytesIO()
-        # The background is opaque: RGB is a quarter less to compress and to send.
-        image.convert("RGB").save(buffer, format="png", compress_level=PNG_COMPRESS_LEVEL)
-        return buffer.getvalue()
+        return encode_rgb_png(np.asarray(self._canvas.buffer_rgba()))
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

@@ -15,6 +15,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from matplotlib._pylab_helpers import Gcf
+from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
@@ -424,7 +425,8 @@ def middle(figure: MetricsFigure, panel: int) -> float:
 
 
 def draw_after_each(figure: MetricsFigure, series: dict[str, RunSeries], growths: list[Any]) -> None:
-    """Add each growth's rows to the first run; each frame must draw axes again and match a full draw."""
+    """Add each growth's rows to the first run; each frame must draw axes again and match a full draw, and so must
+    the frame after it, which draws nothing new (where the background measures what a whole draw left)."""
     for growth in growths:
         series[RUN].add_rows(growth())
         drawn = figure.background_draws
@@ -432,6 +434,8 @@ def draw_after_each(figure: MetricsFigure, series: dict[str, RunSeries], growths
         png = figure.render_png()
         assert figure.background_draws == drawn + 1
         assert_same_as_a_full_draw(figure, png)
+        assert_same_as_a_full_draw(figure, figure.render_png())
+        assert figure.background_draws == drawn + 1
 
 
 def two_runs() -> tuple[MetricsFigure, dict[str, RunSeries]]:
@@ -487,6 +491,7 @@ def axis_draws_after(growth: list[MetricsRow]) -> dict[str, list[int]]:
     figure = MetricsFigure(["run"])
     figure.update({"run": series})
     figure.render_png()
+    figure.render_png()  # a frame with nothing new, as most are: what the first frame drew is measured there
     axes = figure.figure.axes
     with contextlib.ExitStack() as stack:
 
@@ -531,3 +536,28 @@ def test_titles_and_step_labels_sit_where_matplotlib_places_them() -> None:
         assert ours.xaxis.label.get_window_extent().bounds == pytest.approx(
             theirs.xaxis.label.get_window_extent().bounds
         )
+
+
+def test_a_new_plots_first_frame_measures_no_tick_label_and_the_next_blit_does() -> None:
+    figure, series = two_runs()
+    with patch.object(Axis, "get_tightbbox", autospec=True, side_effect=Axis.get_tightbbox) as measured:
+        figure.update(series)
+        figure.render_png()
+        assert measured.call_count == 0
+
+        figure.render_png()
+
+        assert measured.call_count == 2 * len(PANELS)  # every step and value axis, once
+
+
+def test_limits_that_grow_before_anything_was_measured_are_drawn_whole_and_right() -> None:
+    figure, series = two_runs()
+    figure.update(series)
+    figure.render_png()
+    series[RUN].add_rows([point(5, TRAIN_PERCENT_CORRECT, 5_000.0)])
+    figure.update(series)
+    with patch.object(Axis, "draw", autospec=True, side_effect=Axis.draw) as drawn:
+        png = figure.render_png()
+
+    assert drawn.call_count == 2 * len(PANELS)
+    assert_same_as_a_full_draw(figure, png)
