@@ -15,6 +15,7 @@ from hermes_nb.config import RunConfig
 from hermes_nb.errors import TransferError, UnknownRunError
 from hermes_nb.protocol.checkpoints import CheckpointRecord, read_checkpoints
 from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE, RunPaths
+from hermes_nb.protocol.tinker import TinkerCheckpoint, read_checkpoint
 from hermes_nb.runs.damage import Damage, current_state, file_damage
 from hermes_nb.runs.registry import known_run_ids, resolve_run
 
@@ -148,6 +149,68 @@ def check_compatible(weights: Path, base_model: Path) -> None:
         )
 
 
+def check_resume_backend(config: RunConfig, checkpoint: Path) -> None:
+    """A run resumes on the backend that saved its optimizer state: a Tinker checkpoint's is on the server."""
+    remote = read_checkpoint(checkpoint) is not None
+    if remote == (config.trainer.backend == "tinker"):
+        return
+    saved_on = "tinker" if remote else "local"
+    raise TransferError(
+        f"trainer.backend: run {config.trainer.resume_from} trained on the {saved_on} backend and resumes only there "
+        f"(its optimizer state is {'on the Tinker server' if remote else 'local'}); set trainer.backend "
+        f"{saved_on!r}, or start a new run from its weights with trainer.pretrained_model_path"
+    )
+
+
+def transfer_weights(config: RunConfig, weights: Path, base_model_dir: Path) -> Path:
+    """The directory the trainer loads the initial weights from. A Tinker run starts from a Tinker checkpoint
+    (the server loads it); a local run from a model or local checkpoint directory, or from a Tinker checkpoint's
+    weights downloaded and merged into its base model here (``tinker_weights.checkpoint_weights``)."""
+    saved = read_checkpoint(weights)
+    if config.trainer.backend == "tinker":
+        check_tinker_source(config, weights, saved)
+        return weights
+    if saved is not None:
+        weights = local_copy(weights, saved)
+    check_compatible(weights, base_model_dir)
+    return weights
+
+
+def check_tinker_source(config: RunConfig, weights: Path, saved: TinkerCheckpoint | None) -> None:
+    from hermes_nb.trainer.tinker_calls import tinker_model_name
+
+    trainer = config.trainer
+    if saved is None:
+        raise TransferError(
+            f"trainer.pretrained_model_path: {weights} holds local weights; a run on the tinker backend starts from "
+            "a Tinker run's checkpoint (its run id, '<run id>@best' or checkpoint directory) or from the server's "
+            "base model (trainer.base_model)"
+        )
+    if saved.base_model != tinker_model_name(trainer.base_model) or saved.lora_rank != trainer.lora_rank:
+        raise TransferError(
+            f"trainer.pretrained_model_path: {weights} is LoRA rank {saved.lora_rank} on {saved.base_model!r}; "
+            f"this run trains rank {trainer.lora_rank} on {tinker_model_name(trainer.base_model)!r}; set "
+            "trainer.base_model and trainer.lora_rank to match"
+        )
+
+
+def local_copy(weights: Path, saved: TinkerCheckpoint) -> Path:
+    """A Tinker checkpoint's weights as a local model directory (the adapter merged into its base model)."""
+    from hermes_nb.errors import TinkerError
+    from hermes_nb.trainer.tinker_weights import checkpoint_weights_in_child
+
+    if not (Path(saved.base_model).expanduser() / "config.json").is_file():
+        raise TransferError(
+            f"trainer.pretrained_model_path: {weights} is a LoRA adapter on {saved.base_model!r}, which is not a "
+            "model directory on this machine to merge it into; a local run starts from a Tinker checkpoint of a "
+            "base model served from a local directory (rl_get_results(run_id, download=True) fetches the adapter)"
+        )
+    try:
+        return checkpoint_weights_in_child(weights)
+    except TinkerError as exc:
+        raise TransferError(f"trainer.pretrained_model_path: {exc}") from None
+
+
 def replay_file(run_id: str) -> Path:
     paths = _run_paths("trainer.replay_from", run_id)
     if not paths.trajectories.is_file() or paths.trajectories.stat().st_size == 0:
@@ -169,10 +232,10 @@ def resolve_transfer(config: RunConfig, base_model_dir: Path) -> RunConfig:
     if trainer.resume_from:
         total_steps = int(config.env_value("total_steps"))
         updates["resume_checkpoint"], updates["start_step"] = resume_point(trainer.resume_from, total_steps)
+        check_resume_backend(config, Path(updates["resume_checkpoint"]))
     if trainer.pretrained_model_path:
         weights = weights_path(trainer.pretrained_model_path)
-        check_compatible(weights, base_model_dir)
-        updates["init_weights"] = str(weights)
+        updates["init_weights"] = str(transfer_weights(config, weights, base_model_dir))
     if trainer.transfer_learning:
         if not trainer.replay_from:
             raise TransferError(

@@ -8,6 +8,7 @@ weights as an immutable snapshot for the inference server, so a generation never
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,6 +47,17 @@ class TrainingBackend(Protocol):
     def save_weights_for_sampler(self, name: str) -> SamplerHandle: ...
 
     def sampler_model(self) -> Any: ...
+
+    def watch(self, stop: threading.Event) -> None:
+        """Watch what the model lives on outside this process (a server) while the trainer waits for batches:
+        once it is gone for good, keep the error in ``fault`` and set ``stop``. Returns at once (a backend with
+        nothing outside watches nothing)."""
+        ...
+
+    @property
+    def fault(self) -> Exception | None:
+        """What ``watch`` found gone, for the trainer to raise once its loop has stopped; None while all is well."""
+        ...
 
 
 def model_dir_for(base_model: str) -> Path:

@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import logging
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -328,6 +329,11 @@ class LocalBackend:
             self._scaler.load_state_dict(scaler_state)
         state.pop("adapter", None)
         return state
+
+    fault: Exception | None = None  # everything it trains lives in this process: nothing to watch
+
+    def watch(self, stop: threading.Event) -> None:
+        return
 
     def sampler_model(self) -> Any:
         """A frozen copy of the current model, on the device in the compute dtype, for an in-process sampler to

@@ -90,6 +90,12 @@ def restore(backend: TrainingBackend, config: RunConfig) -> int:
     return step
 
 
+def raise_fault(backend: TrainingBackend) -> None:
+    """A server the backend's model lives on went away while the loop waited (``TrainingBackend.watch``)."""
+    if backend.fault is not None:
+        raise backend.fault
+
+
 def wait_for_final_evaluation(
     api: SyncTrajectoryClient, stop: threading.Event, grace: float = FINAL_EVAL_GRACE
 ) -> None:
@@ -165,6 +171,7 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
         def publish(handle: SamplerHandle, step: int) -> None:
             engine.publish_weights(handle.policy, step)
 
+        backend.watch(stop)
         start_step = restore(backend, config)
         sampler = backend.sampler_model()
         engine.publish(Policy(model=sampler, tokenizer=backend.tokenizer, version=start_step, name=backend.model_name))
@@ -180,11 +187,13 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
         metrics = cleanup.enter_context(contextlib.closing(_metrics_logger(config, run_dir)))
         source = with_replay(api, config, start_step)
         if api.register_when_up(registration_for(settings, config, start_step), stop) is None:
+            raise_fault(backend)
             return LoopOutcome("stopped", start_step)
         logger.info("registered with the trajectory API at %s", config.infra.api_url)
         outcome = run_training(
             backend, source, settings, config, stop=stop, metrics=metrics, publish=publish, start_step=start_step
         )
+        raise_fault(backend)
         if outcome.reason == "completed":
             logger.info("final checkpoint saved; serving the policy while the environment evaluates")
             wait_for_final_evaluation(api, stop)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import types
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,10 @@ class TinkerBackend:
         self.last_checkpoint: str | None = None
         self._version = 0
         self._saves = 0
+        self._info_lock = threading.Lock()
+        # Set by ``watch`` when the server stayed away while the trainer waited for a batch.
+        self.fault: TinkerError | None = None
+        self.calls.on_retry = self.write_info
         if config.infra.init_weights:
             self._load_initial_weights(Path(config.infra.init_weights))
         logger.info(
@@ -247,5 +252,21 @@ class TinkerBackend:
         )
 
     def write_info(self) -> None:
-        if self._run_dir is not None and self._run_dir.is_dir():
+        if self._run_dir is None or not self._run_dir.is_dir():
+            return
+        with self._info_lock:  # the watch thread writes too
             write_run_info(self._run_dir, self.info())
+
+    def watch(self, stop: threading.Event) -> None:
+        """Until ``stop`` is set: probe the server while the trainer waits for batches (no call of its own would
+        notice the server going away then). Once it has been away for ``tinker.give_up_after_s``, the error is
+        kept in ``fault`` and ``stop`` is set; the trainer then raises ``fault`` (``hermes_nb.trainer.main``)."""
+        threading.Thread(target=self._watch, args=(stop,), name="tinker-watch", daemon=True).start()
+
+    def _watch(self, stop: threading.Event) -> None:
+        while not stop.wait(self.calls.probe_every_s):
+            if self.calls.server_gone():
+                self.fault = self.calls.unavailable("its health checks", self.calls.last_error or "none")
+                logger.error("%s", self.fault)
+                stop.set()
+                return

@@ -5,11 +5,14 @@ Every SDK method hermes-nb calls is listed in ``SDK_CALLS`` with the keyword arg
 checks that list against the source of the Tinker modules and against the newest SDK, so a renamed method or
 argument shows up as a failing test rather than as a run that fails on a user's GPUs.
 
-Faults: the SDK already retries network errors inside each call (for up to five minutes); what it gives up on
-reaches ``RemoteCalls.wait``, which retries network errors, 5xx and rate limits again with exponential backoff,
-counts every retry (``TinkerRunInfo.retries``, shown by status), and fails the run with a ``TinkerError`` naming the
-server and the last error once ``tinker.give_up_after_s`` has passed without an answer. A call that does not
-return within that time at all (the SDK still retrying a server that went away) fails the same way.
+Faults: an error the SDK raises (it retries network errors inside each call itself) reaches ``RemoteCalls.wait``,
+which retries network errors, 5xx and rate limits again with exponential backoff, counts every retry
+(``TinkerRunInfo.retries``, shown by status), and fails the run with a ``TinkerError`` naming the server and the last
+error once ``tinker.give_up_after_s`` has passed without an answer. While a call is in flight the SDK keeps its own
+retries to itself, so the server's health endpoint is probed every few seconds: each probe that finds the server
+away counts as a retry and is the last error, and a server away for ``tinker.give_up_after_s`` fails the call the
+same way. A server that answers its health checks but not the call (a long queue, a JIT compilation) is given
+``SLOW_CALL_S``. ``RemoteCalls.server_gone`` is the same probe for a trainer between calls (``TinkerBackend.watch``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ PREFLIGHT_TIMEOUT_S = 30.0
 # The Tinker API's health endpoint (the SDK's ``service.health_check`` asks the same path).
 HEALTH_PATH = "/api/v1/healthz"
 PROBE_TIMEOUT_S = 5.0
+# How often a call in flight (or an idle trainer) probes the server: a server that died is noticed within this
+# plus tinker.give_up_after_s; a probe is one small GET.
+PROBE_EVERY_S = 5.0
+# A call whose server stays healthy may take this long (a hosted queue under load, a first JIT compilation of a
+# large model) before the run fails; tinker.give_up_after_s bounds a server that is away.
+SLOW_CALL_S = 1800.0
 # HTTP statuses worth another try: the server is overloaded, restarting or rate-limiting, not refusing the request.
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
@@ -162,14 +171,21 @@ def describe(exc: BaseException) -> str:
 
 
 class RemoteCalls:
-    """Runs blocking SDK calls with retries and a deadline, and counts what happened (read by the status)."""
+    """Runs blocking SDK calls with retries and a deadline, and counts what happened (read by the status).
+    Shared by the trainer's calls and its idle-time watch (``server_gone``), hence the lock."""
 
     def __init__(self, base_url: str | None, give_up_after_s: float) -> None:
         self.url = public_url(base_url)
         self.give_up_after_s = give_up_after_s
+        self.probe_every_s = min(PROBE_EVERY_S, give_up_after_s / 4)
         self.retries = 0
         self.rate_limited = 0
         self.last_error: str | None = None
+        # When a probe first found the server away (None: it answered the last probe).
+        self.away_since: float | None = None
+        # Called after every counted retry, e.g. to rewrite the run's tinker.json for the status.
+        self.on_retry: Callable[[], None] = lambda: None
+        self._lock = threading.Lock()
 
     def wait(self, what: str, call: Callable[[], Any]) -> Any:
         """``call()`` and, when it returns a future, its result; retried as the module docstring says."""
@@ -177,39 +193,72 @@ class RemoteCalls:
         delay = RETRY_FIRST_S
         while True:
             try:
-                return self._result(call(), deadline)
-            except TimeoutError:
-                raise self.unavailable(what, self.probe()) from None
+                return self._answer(what, call())
+            except TinkerError:
+                raise
             except Exception as exc:
                 if not is_retryable(exc):
                     raise self.refused(what, exc) from None
-                self.last_error = describe(exc)
-                self.retries += 1
-                self.rate_limited += int(status_of(exc) == 429)
+                self._count(describe(exc), rate_limited=status_of(exc) == 429)
                 if time.monotonic() + delay > deadline:
-                    raise self.unavailable(what, self.last_error) from None
+                    raise self.unavailable(what, self.last_error or "none") from None
                 logger.warning("Tinker %s failed (%s); retry %d in %.0f s", what, self.last_error, self.retries, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
 
-    @staticmethod
-    def _result(value: Any, deadline: float) -> Any:
+    def _answer(self, what: str, value: Any) -> Any:
+        """The result of ``value`` (itself when it is no future), waited for in slices with a health probe after
+        each. The SDK's future is waited on in a thread of ours: some of its futures cancel the request when a
+        wait on them times out."""
         if not hasattr(value, "result"):
             return value
-        return value.result(timeout=max(0.1, deadline - time.monotonic()))
+        answer = value if isinstance(value, concurrent.futures.Future) else in_thread(lambda: value.result())
+        started = time.monotonic()
+        while True:
+            try:
+                return answer.result(timeout=self.probe_every_s)
+            except concurrent.futures.TimeoutError:
+                if answer.done():  # the SDK's own timeout, not our slice
+                    raise self.unavailable(what, self.last_error or "the SDK timed out") from None
+            if self.server_gone():
+                raise self.unavailable(what, self.last_error or "none")
+            if time.monotonic() - started > max(SLOW_CALL_S, self.give_up_after_s):
+                raise self.unavailable(what, f"no answer for {SLOW_CALL_S:.0f} s, though {HEALTH_PATH} answers")
 
-    def probe(self) -> str:
-        """Why a call got no answer, as far as the server's health endpoint tells (the SDK keeps its own retries'
-        errors to itself)."""
+    def server_gone(self) -> bool:
+        """Probe the server once: True when it has been away for ``give_up_after_s`` (each failed probe counts as
+        a retry and is the last error)."""
+        problem = self.probe()
+        now = time.monotonic()
+        if problem is None:
+            self.away_since = None
+            return False
+        self._count(problem)
+        if self.away_since is None:
+            self.away_since = now
+        return now - self.away_since >= self.give_up_after_s
+
+    def _count(self, error: str, rate_limited: bool = False) -> None:
+        with self._lock:
+            self.last_error = error
+            self.retries += 1
+            self.rate_limited += int(rate_limited)
+        self.on_retry()
+
+    def probe(self) -> str | None:
+        """What is wrong with the server as its health endpoint tells (the SDK keeps its own retries' errors to
+        itself); None when it answers."""
         import httpx
 
         if not self.url.startswith(("http://", "https://")):
-            return "no answer (the SDK was still retrying)"
+            return None  # the SDK's default server: its address is the SDK's business
         try:
             answer = httpx.get(f"{self.url.rstrip('/')}{HEALTH_PATH}", timeout=PROBE_TIMEOUT_S)
         except httpx.HTTPError as exc:
             return f"{type(exc).__name__}: {' '.join(str(exc).split()) or 'no detail'}"
-        return f"no answer to the call, though {HEALTH_PATH} answers HTTP {answer.status_code}"
+        if answer.status_code >= 500:
+            return f"{HEALTH_PATH} answers HTTP {answer.status_code}"
+        return None
 
     def unavailable(self, what: str, last_error: str) -> TinkerError:
         return TinkerError(

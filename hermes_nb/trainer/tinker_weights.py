@@ -7,8 +7,12 @@ machine, merges the adapter into it (``W + alpha / r * B @ A``, the LoRA update)
 tokenizer in ``<run>/tinker_weights/model/``. Without the base model here (a hosted model such as Qwen/Qwen3-8B),
 the adapter directory is the result: peft's ``AutoPeftModelForCausalLM.from_pretrained`` loads it onto its base.
 
-``download_in_child`` runs it in ``python -m hermes_nb.trainer.tinker_weights RUN_DIR``, so the SDK's threads and
-connections never live in the caller's process (a notebook kernel).
+``checkpoint_weights`` does the same for one checkpoint, into ``<checkpoint>/tinker_weights/`` (kept: a checkpoint
+never changes), for a local run that starts from a Tinker run's weights (``trainer.pretrained_model_path``).
+
+``download_in_child`` / ``checkpoint_weights_in_child`` run them in ``python -m hermes_nb.trainer.tinker_weights
+RUN_DIR`` (``--checkpoint CHECKPOINT_DIR``), so the SDK's threads and connections never live in the caller's
+process (a notebook kernel).
 """
 
 from __future__ import annotations
@@ -159,26 +163,44 @@ def fetch_weights(service: Any, saved: TinkerCheckpoint, target: Path) -> Path:
     return fetch_adapter(archive_url(rest, str(saved.sampler_path)), target)
 
 
-def download_final_weights(run_dir: Path) -> Path:
-    """The run's final weights in ``<run>/tinker_weights/``: a whole model as exported, the adapter merged into its
-    base when the base model is here, else the adapter (its config names the base)."""
+def download_weights(saved: TinkerCheckpoint, base_url: str | None, root: Path) -> Path:
+    """``saved``'s weights in ``root``: a whole model as exported, the adapter merged into its base when the base
+    model is here, else the adapter (its config names the base)."""
     from hermes_nb.trainer.tinker_calls import connect
 
-    saved = final_tinker_checkpoint(run_dir)
-    config = RunConfig.load(run_dir / CONFIG_FILE)
-    root = run_dir / TINKER_WEIGHTS_DIR
     root.mkdir(exist_ok=True)
-    fetched = fetch_weights(connect(config.tinker.base_url), saved, root / ADAPTER_DIR)
+    fetched = fetch_weights(connect(base_url), saved, root / ADAPTER_DIR)
     base = Path(saved.base_model).expanduser()
     if not (fetched / "adapter_config.json").is_file() or not (base / "config.json").is_file():
         return fetched
     return merge_adapter(fetched, base, root / MERGED_DIR)
 
 
-def download_in_child(run_dir: Path) -> Path:
-    """``download_final_weights`` in a child process; a failure is a ``TinkerError`` with the child's one line."""
+def download_final_weights(run_dir: Path) -> Path:
+    """The run's final weights in ``<run>/tinker_weights/`` (``download_weights``)."""
+    config = RunConfig.load(run_dir / CONFIG_FILE)
+    return download_weights(final_tinker_checkpoint(run_dir), config.tinker.base_url, run_dir / TINKER_WEIGHTS_DIR)
+
+
+def checkpoint_weights(checkpoint_dir: Path) -> Path:
+    """The weights of one Tinker checkpoint in ``<checkpoint>/tinker_weights/``, downloaded once. The server is
+    the one its run trained on (the checkpoint's ``config.yaml``)."""
+    saved = read_checkpoint(checkpoint_dir)
+    if saved is None or not saved.sampler_path:
+        raise TinkerError(f"{checkpoint_dir}: not a Tinker checkpoint with sampler weights")
+    root = checkpoint_dir / TINKER_WEIGHTS_DIR
+    for kept in (root / MERGED_DIR, root / ADAPTER_DIR):
+        if (kept / "config.json").is_file() or (kept / "adapter_config.json").is_file():
+            return kept  # written whole or not at all (fetch_adapter, merge_adapter)
+    config_file = checkpoint_dir / CONFIG_FILE
+    base_url = RunConfig.load(config_file).tinker.base_url if config_file.is_file() else None
+    return download_weights(saved, base_url, root)
+
+
+def _in_child(args: list[str], what: str) -> Path:
+    """Run this module with ``args`` in a child process; a failure is a ``TinkerError`` with the child's one line."""
     done = subprocess.run(
-        [sys.executable, "-m", "hermes_nb.trainer.tinker_weights", str(run_dir)],
+        [sys.executable, "-m", "hermes_nb.trainer.tinker_weights", *args],
         capture_output=True,
         text=True,
         timeout=DOWNLOAD_TIMEOUT_S + 120,
@@ -187,13 +209,26 @@ def download_in_child(run_dir: Path) -> Path:
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         reason = lines[-1] if lines else (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise TinkerError(f"downloading the final weights of {run_dir.name} failed: {reason}")
+        raise TinkerError(f"downloading {what} failed: {reason}")
     return Path(lines[-1])
+
+
+def download_in_child(run_dir: Path) -> Path:
+    """``download_final_weights`` in a child process."""
+    return _in_child([str(run_dir)], f"the final weights of {run_dir.name}")
+
+
+def checkpoint_weights_in_child(checkpoint_dir: Path) -> Path:
+    """``checkpoint_weights`` in a child process."""
+    return _in_child(["--checkpoint", str(checkpoint_dir)], f"the weights of {checkpoint_dir}")
 
 
 def main() -> int:
     try:
-        print(download_final_weights(Path(sys.argv[1])), flush=True)
+        if sys.argv[1] == "--checkpoint":
+            print(checkpoint_weights(Path(sys.argv[2])), flush=True)
+        else:
+            print(download_final_weights(Path(sys.argv[1])), flush=True)
     except Exception as exc:  # one line for the parent
         print(" ".join(str(exc).split()) or type(exc).__name__, flush=True)
         return 2

@@ -5,21 +5,36 @@ tests/e2e/test_tinker_backend.py.)"""
 from __future__ import annotations
 
 import concurrent.futures
+import http.server
 import math
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import tinker
+import torch
 
 from hermes_nb.config import RunConfig, TinkerConfig
-from hermes_nb.errors import TinkerError
+from hermes_nb.errors import TinkerError, TransferError
 from hermes_nb.inference.sampler import SampleRow
 from hermes_nb.inference.tinker_engine import _groups, trim
-from hermes_nb.protocol.tinker import SDK_DEFAULT_URL, TinkerRunInfo, public_url, read_run_info, write_run_info
+from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE
+from hermes_nb.protocol.tinker import (
+    SDK_DEFAULT_URL,
+    TinkerCheckpoint,
+    TinkerRunInfo,
+    public_url,
+    read_run_info,
+    write_checkpoint,
+    write_run_info,
+)
+from hermes_nb.runs.transfer import check_tinker_source
 from hermes_nb.system.net import free_port
 from hermes_nb.trainer import tinker_datums
-from hermes_nb.trainer.tinker_backend import sampler_weights_path
+from hermes_nb.trainer.tinker_backend import TinkerBackend, sampler_weights_path
 from hermes_nb.trainer.tinker_calls import RemoteCalls
 from hermes_nb.trainer.tinker_preflight import check_before_start
 from hermes_nb.trainer.types import Datum, LossConfig
@@ -193,3 +208,83 @@ def test_before_start_a_server_that_does_not_answer_is_named_with_the_reason(mon
     with pytest.raises(TinkerError, match=r"Tinker server at http://127.0.0.1:\d+ did not answer .*ConnectError") as e:
         check_before_start(config)
     assert "tml-test" not in str(e.value)
+
+
+def test_a_call_in_flight_whose_server_is_away_counts_each_failed_probe_and_fails_naming_it() -> None:
+    calls = RemoteCalls(f"http://127.0.0.1:{free_port()}", give_up_after_s=0.4)
+    never: concurrent.futures.Future[None] = concurrent.futures.Future()
+    counted: list[int] = []
+    calls.on_retry = lambda: counted.append(calls.retries)
+
+    with pytest.raises(TinkerError, match="did not answer forward_backward for 0 s.*last error: ConnectError"):
+        calls.wait("forward_backward", lambda: never)
+    assert calls.retries >= 2 and counted == list(range(1, calls.retries + 1))
+
+
+@pytest.fixture
+def healthy_server() -> Iterator[str]:
+    """A server whose health endpoint answers 200: what a Tinker server busy with a long call looks like."""
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_a_slow_call_to_a_healthy_server_outlasts_the_give_up_bound(healthy_server: str) -> None:
+    calls = RemoteCalls(healthy_server, give_up_after_s=0.2)
+    slow: concurrent.futures.Future[str] = concurrent.futures.Future()
+    threading.Timer(1.0, lambda: slow.set_result("done")).start()
+    started = time.monotonic()
+
+    assert calls.wait("forward_backward", lambda: slow) == "done"
+    assert time.monotonic() - started >= 1.0 and calls.retries == 0
+
+
+class RecordingTraining:
+    """Records which SDK load the backend asks for; SkyRL 0.3.0 restores the optimizer on either, so only the
+    request tells them apart."""
+
+    def __init__(self) -> None:
+        self.loads: list[tuple[str, str]] = []
+
+    def load_state(self, path: str) -> str:
+        self.loads.append(("load_state", path))
+        return "loaded"
+
+    def load_state_with_optimizer(self, path: str) -> str:
+        self.loads.append(("load_state_with_optimizer", path))
+        return "loaded"
+
+
+def test_resume_asks_for_the_optimizer_state_and_transfer_for_the_weights_only(tmp_path: Path) -> None:
+    state = "tinker://model_1/weights/step_3_1"
+    write_checkpoint(tmp_path, TinkerCheckpoint(state_path=state, base_model="m", lora_rank=8, base_url="u"))
+    torch.save({"step": 3}, tmp_path / TRAINER_STATE_FILE)
+    backend = TinkerBackend.__new__(TinkerBackend)  # no server: only the load calls are exercised
+    backend.training, backend.calls = RecordingTraining(), RemoteCalls("http://127.0.0.1:1", give_up_after_s=1)
+    backend.base_model, backend.lora_rank = "m", 8
+
+    assert backend.load_state(tmp_path) == {"step": 3}
+    backend._load_initial_weights(tmp_path)
+
+    assert backend.training.loads == [("load_state_with_optimizer", state), ("load_state", state)]
+
+
+def test_a_tinker_run_refuses_a_checkpoint_of_another_rank_naming_both() -> None:
+    saved = TinkerCheckpoint(state_path="tinker://r/weights/w", base_model="m", lora_rank=16, base_url="u")
+    config = tinker_config(base_model="m")
+
+    with pytest.raises(TransferError, match=r"model_path: .* is LoRA rank 16 on .m.; this run trains rank 8"):
+        check_tinker_source(config, Path("/x/step_3"), saved)
