@@ -14,6 +14,7 @@ import random
 import signal
 import statistics
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,16 @@ def test_rl_test_inference_samples_the_tinker_checkpoint(completed_home: StartRe
 # public close), and an unclosed socket warns then, in whichever test is running. The tests that make them do so
 # in a helper and collect its garbage before they return, where their own warning filter applies.
 SDK_IN_PROCESS = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sdk_clients_collected() -> Iterator[None]:
+    """Last of the module: what is left of those clients is collected here, with their sockets' ResourceWarning
+    ignored, and not during the session's end, where a warning turned error fails the whole run."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 # Transfer runs: one step at a learning rate too small to move a float32 weight, so the run's weights after it are
