@@ -22,24 +22,9 @@ import time
 from pathlib import Path
 
 import psutil
+from run_processes import run_processes  # bench/, this script's folder
 
 POLL_S = 0.2
-
-
-def run_processes(run_dir: Path) -> dict[str, psutil.Process]:
-    """The run's processes by role (``run.json``), and each one's descendants by role and name."""
-    state = json.loads((run_dir / "run.json").read_text())
-    roles = {record["pid"]: name for name, record in state["processes"].items()}
-    found: dict[str, psutil.Process] = {}
-    for pid, role in roles.items():
-        process = psutil.Process(pid)
-        found[role] = process
-        for child in process.children():  # a role's own children: the other roles are not its
-            if child.pid in roles:
-                continue
-            for descendant in (child, *child.children(recursive=True)):
-                found[f"{role}/{descendant.name()}/{descendant.pid}"] = descendant
-    return found
 
 
 def cpu_seconds(processes: dict[str, psutil.Process]) -> dict[str, float]:

@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from report import append_run, run_block  # noqa: E402  (after the path set-up)
+from run_processes import run_processes  # noqa: E402
 
 HEADING = "## Soak"
 INTRO = (
@@ -65,33 +66,6 @@ class Soak:
     checkpoints: int = 0
 
 
-def run_processes(run_id: str) -> dict[str, psutil.Process]:
-    """Every live process of the run by a stable label: the supervisor's children by their role, the rest (e.g.
-    W&B's service) by the role of the nearest one above them and their own name."""
-    from hermes_nb.runs.state import read_run_state
-    from hermes_nb.system import home
-
-    state = read_run_state(home.run_dir(run_id))
-    roles = {record.pid: name for name, record in state.processes.items()}
-    found: dict[str, psutil.Process] = {}
-    for pid, role in roles.items():
-        try:
-            found[role] = psutil.Process(pid)
-            for child in psutil.Process(pid).children():
-                if child.pid not in roles:
-                    _add_tree(found, f"{role}/{child.name()}", child)
-        except psutil.NoSuchProcess:
-            continue
-    return found
-
-
-def _add_tree(found: dict[str, psutil.Process], label: str, process: psutil.Process) -> None:
-    unique = label if label not in found else f"{label}#{sum(key.startswith(label) for key in found) + 1}"
-    found[unique] = process
-    for child in process.children():
-        _add_tree(found, f"{unique}/{child.name()}", child)
-
-
 def take_sample(run_id: str, started: float) -> Sample:
     from hermes_nb.api import rl_check_status
     from hermes_nb.protocol.run_layout import RunPaths
@@ -99,7 +73,7 @@ def take_sample(run_id: str, started: float) -> Sample:
     paths = RunPaths.for_run(run_id)
     rss: dict[str, float] = {}
     fds: dict[str, int] = {}
-    for label, process in run_processes(run_id).items():
+    for label, process in run_processes(paths.run_dir).items():
         try:
             rss[label] = process.memory_info().rss / 2**20
             fds[label] = process.num_fds()
