@@ -4,7 +4,9 @@ gateway for each endpoint under test.
 Providers answer with text only (no token ids, no logprobs), often ignore ``n`` (one choice per request), may
 serve only ``/chat/completions`` (404 or 400 on ``/completions``: the prompt is then sent as one user message,
 and ``stats.sent_as_chat`` says so), rate-limit with 429 and ``Retry-After``, time out, fail with 5xx, refuse
-(``finish_reason: content_filter``) or answer nothing. Each of these is counted in ``EndpointStats`` and none is
+(``finish_reason: content_filter``) or answer nothing. A chat request's ``tools`` are passed on, and the calls a
+model makes come back as OpenAI ``tool_calls`` (their ``arguments`` sent as an object are read as its JSON). Each
+of these is counted in ``EndpointStats`` and none is
 fatal: a completion given up on comes back empty, and the environment scores it as it scores an empty answer. A
 4xx other than those (a wrong key, an unknown model) is the request's fault and raises ``ProviderRefused``. The
 key is read from this process's environment for each request, sent only in the ``Authorization`` header, and
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -25,7 +28,7 @@ import httpx
 
 from hermes_nb.errors import HermesNBError
 from hermes_nb.model_test.settings import EndpointSettings, EndpointStats
-from hermes_nb.protocol.inference import FinishReason, SamplingParams
+from hermes_nb.protocol.inference import FinishReason, SamplingParams, ToolCall
 
 # A 429 without Retry-After waits this long, doubling for each further 429 of the same request.
 FIRST_BACKOFF_S = 1.0
@@ -53,6 +56,7 @@ class ProviderChoice:
     finish_reason: FinishReason
     token_ids: list[int] | None = None  # only when the endpoint sends them (hermes-nb's server does)
     prompt_token_ids: list[int] | None = None
+    tool_calls: list[ToolCall] | None = None  # a chat answer's calls, in OpenAI's shape
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,8 @@ class _Request:
     prompt: str | None
     messages: list[dict[str, Any]] | None
     params: SamplingParams
+    tools: list[dict[str, Any]] | None = None  # OpenAI's ``tools`` and ``tool_choice``, sent as given
+    tool_choice: str | dict[str, Any] | None = None
 
 
 class ProviderClient:
@@ -99,9 +105,17 @@ class ProviderClient:
         """``params.n`` completions of ``prompt``."""
         return await self._sample(_Request(prompt=prompt, messages=None, params=params))
 
-    async def chat(self, messages: list[dict[str, Any]], params: SamplingParams) -> ProviderAnswer:
-        """``params.n`` answers to ``messages``."""
-        return await self._sample(_Request(prompt=None, messages=messages, params=params))
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        params: SamplingParams,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+    ) -> ProviderAnswer:
+        """``params.n`` answers to ``messages``, the model offered ``tools``."""
+        request = _Request(prompt=None, messages=messages, params=params, tools=tools, tool_choice=tool_choice)
+        return await self._sample(request)
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
@@ -171,6 +185,10 @@ class ProviderClient:
         if not chat:
             return {**body, "prompt": request.prompt}
         messages = request.messages or [{"role": "user", "content": request.prompt or ""}]
+        if request.tools:
+            body["tools"] = request.tools
+        if request.tool_choice is not None:
+            body["tool_choice"] = request.tool_choice
         return {**body, "messages": messages}
 
     def _read(self, data: dict[str, Any], chat: bool) -> ProviderAnswer:
@@ -178,7 +196,7 @@ class ProviderClient:
         for choice in choices:
             if choice.finish_reason == "content_filter":
                 self.stats.refusals += 1
-            elif not choice.text.strip():
+            elif not choice.text.strip() and not choice.tool_calls:
                 self.stats.empty_answers += 1
         raw_usage = data.get("usage")
         usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
@@ -325,6 +343,7 @@ def _choices(data: dict[str, Any], chat: bool) -> list[ProviderChoice]:
             finish_reason=_finish(raw.get("finish_reason")),
             token_ids=_ints(raw.get("token_ids")),
             prompt_token_ids=_ints(prompt_ids),
+            tool_calls=_tool_calls(raw.get("message")) if chat else None,
         )
         for raw in sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c.get("index"), int) else 0)
     ]
@@ -340,12 +359,34 @@ def _message_text(message: Any) -> str:
     return str(content or "")
 
 
+def _tool_calls(message: Any) -> list[ToolCall] | None:
+    """A chat message's OpenAI ``tool_calls``; ``None`` when there are none or one is not a function call (the
+    answer is then its text alone, as a malformed call is for a local model)."""
+    raw = message.get("tool_calls") if isinstance(message, dict) else None
+    if not isinstance(raw, list) or not raw:
+        return None
+    try:
+        return [ToolCall.model_validate(_arguments_as_text(call)) for call in raw]
+    except ValueError:  # pydantic's ValidationError: a call without a name, or not a function
+        return None
+
+
+def _arguments_as_text(call: Any) -> Any:
+    """Some providers send ``arguments`` as an object; OpenAI's shape (and the environment's tools) take its JSON."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if isinstance(function, dict) and isinstance(function.get("arguments"), dict):
+        return {**call, "function": {**function, "arguments": json.dumps(function["arguments"])}}
+    return call
+
+
 def _finish(reason: Any) -> FinishReason:
-    """Providers' many names, in the three the environment knows (``None`` and ``eos`` are a normal stop)."""
+    """Providers' many names, in the four the environment knows (``None`` and ``eos`` are a normal stop)."""
     if reason in ("length", "max_tokens"):
         return "length"
-    if reason == "content_filter":
-        return "content_filter"
+    if reason in ("content_filter", "tool_calls"):
+        return reason
+    if reason == "function_call":  # OpenAI's older name
+        return "tool_calls"
     return "stop"
 
 

@@ -6,7 +6,8 @@ The environment child talks to ``http://127.0.0.1:PORT/m/<route>`` as it talks t
 - an endpoint: each prompt of a request goes to the provider through a ``ProviderClient`` (rate limits, retries,
   chat-only models, ``n`` the provider ignores), and the answer comes back in the inference protocol with text
   only (token ids only where the endpoint sent them): the environment re-tokenizes and marks its groups
-  test-only; or
+  test-only. A chat request's ``tools`` reach the provider, and its ``tool_calls`` come back as they are, so an
+  agent environment's episodes run their tools against a hosted model as against a local one; or
 - a local model's temporary server, forwarded unchanged (exact token ids and logprobs).
 
 Both count requests, latency and the tokens of ``usage`` in an ``EndpointStats`` the result reports. The server
@@ -244,7 +245,13 @@ async def _chat(client: ProviderClient, request: Any) -> dict[str, Any]:
     )
 
     params = SamplingParams.model_validate(request.model_dump())
-    answer = await client.chat([m.model_dump() for m in request.messages], params)
+    # None fields left out: a provider may refuse ``tool_calls: null`` on a user turn.
+    messages = [m.model_dump(exclude_none=True) for m in request.messages]
+    tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
+    tool_choice = request.tool_choice
+    if tool_choice is not None and not isinstance(tool_choice, str):
+        tool_choice = tool_choice.model_dump()
+    answer = await client.chat(messages, params, tools=tools, tool_choice=tool_choice)
     exact = all(c.token_ids is not None and c.prompt_token_ids is not None for c in answer.choices)
     response = ChatCompletionResponse(
         id=f"gateway-{time.monotonic_ns()}",
@@ -253,7 +260,10 @@ async def _chat(client: ProviderClient, request: Any) -> dict[str, Any]:
         choices=[
             ChatChoice(
                 index=i,
-                message=ChatResponseMessage(content=c.text),
+                # OpenAI's shape: no content beside calls made without text.
+                message=ChatResponseMessage(
+                    content=(c.text or None) if c.tool_calls else c.text, tool_calls=c.tool_calls
+                ),
                 finish_reason=c.finish_reason,
                 token_ids=c.token_ids if exact else None,
             )

@@ -150,8 +150,9 @@ class ChatLogprobs(BaseModel):
 
 class ChatResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    # Null when the answer is tool calls only (OpenAI's shape); the exact tokens stay in ``ChatChoice.token_ids``.
-    content: str | None
+    # Null when the answer is tool calls only (OpenAI's shape; some servers leave it out then); the exact tokens
+    # stay in ``ChatChoice.token_ids``.
+    content: str | None = None
     tool_calls: list[ToolCall] | None = None
 
 

@@ -9,11 +9,17 @@
   (``solve``), right for most models, wrong for ``WRONG``, right but wordy for ``VERBOSE``; ``CHAT_ONLY`` answers
   404 on ``/completions``; ``REFUSING`` refuses (content filter), ``EMPTY`` answers nothing, ``FAILING`` answers 503
   and ``SLOW`` answers after ``slow_s``.
+- ``TOOL_USER`` is an agent for the shipped ``calculator_agent``'s word problems, as capable hosted models are: when
+  the request offers a ``calculate`` tool it answers with OpenAI ``tool_calls`` (arguments as a JSON string, or as
+  an object when ``arguments_as_object``), one per step, the second built from the first step's tool result in
+  the conversation, then the last result as its answer; offered no tool, it cannot work the problem out.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the route annotations of the local imports below.
 
 import asyncio
+import json
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +39,7 @@ REFUSING = "fake/refusing"
 EMPTY = "fake/empty"
 FAILING = "fake/failing"
 SLOW = "fake/slow"
+TOOL_USER = "fake/tool-user"
 
 
 @dataclass
@@ -51,6 +58,7 @@ class ProviderState:
     honours_n: bool = False
     chat_only: set[str] = field(default_factory=lambda: {CHAT_ONLY})
     slow_s: float = 2.0
+    arguments_as_object: bool = False
     calls: list[Call] = field(default_factory=list)
     limited: set[str] = field(default_factory=set)  # models whose one 429 was sent
 
@@ -73,6 +81,39 @@ def solve(prompt: str) -> str:
         return str(int(left) + int(right) if op == "+" else int(left) - int(right))
     except ValueError:
         return "?"
+
+
+def word_problem_steps(question: str) -> tuple[str, str]:
+    """The two expressions that solve a ``calculator_agent`` problem, the second with ``{}`` for the first result."""
+    numbers = [int(n) for n in re.findall(r"\d+", question)]
+    a, b, c = [*numbers, 0][:3]  # "times as many" has two numbers
+    if "boxes of" in question:
+        return f"{b}*{c}", f"{a}+{{}}"
+    if "gives away" in question:
+        return f"{a}-{b}", f"{{}}+{c}"
+    if "shares them" in question:
+        return f"{a}*{b}", f"{{}}/{c}"
+    if "rows of" in question:
+        return f"{a}*{b}", f"{{}}-{c}"
+    return f"{a}*{b}", f"{a}+{{}}"  # "times as many"
+
+
+def agent_turn(body: dict[str, Any], arguments_as_object: bool) -> dict[str, Any]:
+    """``TOOL_USER``'s next chat message: a ``calculate`` call per step, then the last tool result."""
+    messages = body.get("messages") or []
+    offered = {t.get("function", {}).get("name") for t in body.get("tools") or []}
+    if "calculate" not in offered:
+        return {"role": "assistant", "content": "I would need a calculator."}
+    results = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+    if len(results) >= 2:
+        return {"role": "assistant", "content": results[-1]}
+    question = next(str(m.get("content")) for m in messages if m.get("role") == "user")
+    first, second = word_problem_steps(question)
+    expression = first if not results else second.format(results[0])
+    arguments: Any = {"expression": expression}
+    call = {"name": "calculate", "arguments": arguments if arguments_as_object else json.dumps(arguments)}
+    tool_call = {"id": f"call_{len(results)}", "type": "function", "function": call}
+    return {"role": "assistant", "content": None, "tool_calls": [tool_call]}
 
 
 def answer(model: str, prompt: str) -> tuple[str | None, str]:
@@ -150,8 +191,13 @@ def make_provider_app(state: ProviderState) -> Any:
         body, error = await gate(request, "chat")
         if error is not None:
             return error
-        prompt = str(body["messages"][-1]["content"])
-        made, generated = choices(body, prompt, chat=True)
+        prompt = str(body["messages"][-1].get("content"))
+        if body["model"] == TOOL_USER:
+            message = agent_turn(body, state.arguments_as_object)
+            finish = "tool_calls" if message.get("tool_calls") else "stop"
+            made, generated = [{"index": 0, "finish_reason": finish, "message": message}], len(json.dumps(message))
+        else:
+            made, generated = choices(body, prompt, chat=True)
         return {
             "id": "chat-fake",
             "object": "chat.completion",

@@ -120,6 +120,43 @@ def test_a_model_configured_as_chat_only_is_asked_by_chat_from_the_start(provide
     assert answer.choices[0].text == "4" and [c.path for c in state.calls] == ["chat"] and stats.sent_as_chat
 
 
+def _answering(message: dict[str, Any], finish_reason: str) -> httpx.MockTransport:
+    """A provider stand-in that answers every chat request with ``message`` (only the body's shape matters here)."""
+    body = {"choices": [{"index": 0, "message": message, "finish_reason": finish_reason}], "usage": {}}
+    return httpx.MockTransport(lambda request: httpx.Response(200, json=body))
+
+
+def _chat_once(client: ProviderClient) -> Any:
+    tool = {"type": "function", "function": {"name": "calculate", "parameters": {"type": "object"}}}
+    return client.chat([{"role": "user", "content": "6*7?"}], SamplingParams(n=1), tools=[tool])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "finish_reason"),
+    [('{"expression": "6*7"}', "tool_calls"), ({"expression": "6*7"}, "function_call")],
+    ids=["json-arguments", "object-arguments"],
+)
+def test_a_hosted_models_tool_calls_come_back_in_openais_shape(arguments: Any, finish_reason: str) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "calculate", "arguments": arguments}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    settings = EndpointSettings(base_url="http://provider.invalid/v1", model="m")
+    answer, stats = _client_run(settings, _chat_once, transport=_answering(message, finish_reason))
+    [choice] = answer.choices
+    assert choice.finish_reason == "tool_calls" and choice.text == ""
+    assert [(c.function.name, c.function.arguments) for c in choice.tool_calls or []] == [
+        ("calculate", '{"expression": "6*7"}')
+    ]
+    assert stats.empty_answers == 0  # calls made without text are an answer
+
+
+def test_a_malformed_tool_call_from_a_hosted_model_leaves_its_text_alone() -> None:
+    message = {"role": "assistant", "content": "42", "tool_calls": [{"id": "c1", "function": {"arguments": "{}"}}]}
+    settings = EndpointSettings(base_url="http://provider.invalid/v1", model="m")
+    answer, _ = _client_run(settings, _chat_once, transport=_answering(message, "stop"))
+    [choice] = answer.choices
+    assert (choice.text, choice.tool_calls) == ("42", None)
+
+
 @pytest.mark.parametrize(
     ("model", "counter", "expected"),
     [(SLOW, "timeouts", 2), (FAILING, "server_errors", 2), (REFUSING, "refusals", 3), (EMPTY, "empty_answers", 3)],

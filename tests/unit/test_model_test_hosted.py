@@ -15,7 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_provider import CHAT_ONLY, FAKE_KEY, SOLVER, VERBOSE, WRONG, fake_provider, solve, use_key
+from fake_provider import (
+    CHAT_ONLY,
+    FAKE_KEY,
+    SOLVER,
+    TOOL_USER,
+    VERBOSE,
+    WRONG,
+    ProviderState,
+    fake_provider,
+    solve,
+    use_key,
+)
 
 from hermes_nb import api
 from hermes_nb.model_test.hosted import HOSTED_MODELS_FILE
@@ -181,3 +192,18 @@ def test_without_a_key_only_the_base_model_is_tested_and_the_result_says_how_to_
     [note] = result.notes
     assert "OPENROUTER_API_KEY" in note and "qwen/qwen3-8b" in note and HOSTED_MODELS_FILE in note
     assert note in str(result) and result.to_dict()["notes"] == [note]
+
+
+@pytest.mark.parametrize("arguments_as_object", [False, True], ids=["arguments-as-json", "arguments-as-object"])
+def test_an_agent_environment_runs_its_tools_on_the_calls_a_hosted_model_makes(
+    arguments_as_object: bool, provider_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _select("calculator_agent", monkeypatch)
+    with fake_provider(ProviderState(arguments_as_object=arguments_as_object)) as (url, state):
+        result = asyncio.run(rl_test_inference(num_steps=2, group_size=2, models=[f"{url}#{TOOL_USER}"]))
+    [model] = result.results
+    assert (model.status, model.completions, model.accuracy) == ("ok", 4, 1.0), str(result)
+    answered = [c for c in state.calls_of(TOOL_USER) if c.status == 200]
+    assert len(answered) == 4 * 3  # each episode: a call per step, then the answer
+    rows = _rows(model.output_file)
+    assert all(ScoredDataGroup.model_validate(row["group"]).is_test_only() for row in rows)
