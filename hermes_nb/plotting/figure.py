@@ -26,7 +26,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from hermes_nb.plotting.background import AxesBackground
-from hermes_nb.plotting.canvas import MetricsCachingCanvas
+from hermes_nb.plotting.canvas import TextCachingCanvas
 from hermes_nb.plotting.limits import Limits, grow
 from hermes_nb.plotting.png import encode_rgb_png
 from hermes_nb.plotting.series import RunSeries, decimate
@@ -92,7 +92,7 @@ class MetricsFigure:
         self.smoothing = smoothing
         self.figure = Figure(figsize=FIGSIZE_IN, dpi=DPI)
         self.figure.subplots_adjust(**MARGINS)
-        self._canvas = MetricsCachingCanvas(self.figure)
+        self._canvas = TextCachingCanvas(self.figure)
         self._axes: list[Axes] = list(self.figure.subplots(2, 2).flat)
         for index, (ax, panel) in enumerate(zip(self._axes, PANELS, strict=True)):
             # A title at a given height: left to place it, matplotlib measures every tick label on each draw to see
