@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from hermes_nb.atropos.interpreter import env_python
 from hermes_nb.config import RunConfig
 from hermes_nb.env.config import BaseEnvConfig
 from hermes_nb.errors import HermesNBError
@@ -72,12 +73,14 @@ class _Plan:
     """What every model's test shares."""
 
     env_spec: str  # path/to/env.py:ClassName
+    config: RunConfig  # the run's, with the test's group size
     config_path: Path
     output_dir: Path
     num_steps: int
     timeout_s: float
     threads: int | None
     hosted: HostedModelsConfig
+    env_python: str  # the interpreter that runs the environment (checked: an atroposlib one imports atroposlib)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class _Files:
     output: Path
     env_log: Path
     server_log: Path
+    stem: Path  # of the files an atroposlib environment's test adds (its settings, atroposlib's own groups file)
 
 
 def _files(plan: _Plan, index: int, target: ModelTarget) -> _Files:
@@ -92,7 +96,7 @@ def _files(plan: _Plan, index: int, target: ModelTarget) -> _Files:
     name = Path(target.reference).name if target.kind == "local" and "/" in target.reference else target.reference
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")[-60:] or "model"
     stem = plan.output_dir / f"{index:02d}-{slug}"
-    return _Files(Path(f"{stem}.jsonl"), Path(f"{stem}.env.log"), Path(f"{stem}.server.log"))
+    return _Files(Path(f"{stem}.jsonl"), Path(f"{stem}.env.log"), Path(f"{stem}.server.log"), stem)
 
 
 async def rl_test_inference(
@@ -118,7 +122,8 @@ async def rl_test_inference(
     home.load_keys()  # a provider key may live in a .env file, and it decides the default model set
     hosted = load_hosted_config()
     targets = resolve_targets(models, config, hosted)
-    plan = _plan(config, num_steps, group_size, timeout_s, threads, hosted)
+    python = env_python(config.environment.framework, config.environment.file)  # before anything is written
+    plan = _plan(config, num_steps, group_size, timeout_s, threads, hosted, python)
     # Imported here: the gateway brings the HTTP stack, which `import hermes_nb` and its core API do without.
     from hermes_nb.model_test.gateway import Gateway
 
@@ -156,6 +161,7 @@ def _plan(
     timeout_s: float,
     threads: int | None,
     hosted: HostedModelsConfig,
+    python: str,
 ) -> _Plan:
     assert config.environment is not None
     output_dir = _new_output_dir()
@@ -163,7 +169,7 @@ def _plan(
     config_path = output_dir / CONFIG_FILE
     test_config.save(config_path)  # holds no key: keys are never part of a RunConfig
     spec = f"{config.environment.file}:{config.environment.class_name}"
-    return _Plan(spec, config_path, output_dir, num_steps, timeout_s, threads, hosted)
+    return _Plan(spec, test_config, config_path, output_dir, num_steps, timeout_s, threads, hosted, python)
 
 
 def _new_output_dir() -> Path:
@@ -268,6 +274,8 @@ async def _probe(url: str) -> str | None:
 
 
 def _env_argv(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> list[str]:
+    if _is_atroposlib(plan):
+        return _atroposlib_argv(plan, target, url, files)
     argv = [sys.executable, "-m", "hermes_nb.env", "process", plan.env_spec, "--num-groups", str(plan.num_steps)]
     argv += ["--output", str(files.output), "--inference-url", url, "--config", str(plan.config_path)]
     if target.model_name:
@@ -275,10 +283,39 @@ def _env_argv(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> list
     return argv
 
 
+def _atroposlib_argv(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> list[str]:
+    """atroposlib's own ``process`` command, through the bridge that writes the test's groups file."""
+    from hermes_nb.atropos.process import process_argv, process_settings
+
+    group_size = int(plan.config.env["group_size"])
+    atropos_groups = Path(f"{files.stem}.atropos.jsonl")  # atroposlib's own file, with its HTML page beside it
+    settings = process_settings(
+        plan.config,
+        num_groups=plan.num_steps,
+        group_size=group_size,
+        model_url=url,
+        model_name=target.model_name,
+        groups_file=atropos_groups,
+    )
+    return process_argv(plan.config, plan.env_python, settings, Path(f"{files.stem}.atropos.yaml"), files.output)
+
+
+def _is_atroposlib(plan: _Plan) -> bool:
+    return plan.config.environment is not None and plan.config.environment.framework == "atroposlib"
+
+
+def _child_environment(plan: _Plan) -> dict[str, str]:
+    if not _is_atroposlib(plan):
+        return child_environment()
+    from hermes_nb.atropos.process import process_environment
+
+    return process_environment(child_environment())
+
+
 async def _run_environment(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> Outcome:
     from hermes_nb.inference.local import POLL_S, stop_child
 
-    proc = spawn_group(_env_argv(plan, target, url, files), files.env_log, child_environment())
+    proc = spawn_group(_env_argv(plan, target, url, files), files.env_log, _child_environment(plan))
     try:
         while proc.poll() is None:
             await asyncio.sleep(POLL_S)

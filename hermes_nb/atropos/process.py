@@ -1,0 +1,75 @@
+"""How ``rl_test_inference`` runs an atroposlib environment: atroposlib's own ``process`` command, against one
+model under test.
+
+Per model, the test runs ``<environment Python> -m hermes_nb.atropos.process_bridge FILE CLASS --rows PATH --
+process --config YAML``. The YAML is how atroposlib takes settings, as for ``serve`` (``hermes_nb.atropos.serve``):
+
+- ``env``: the run's config values (``config_init()`` with the user's edits) with the test's ``group_size``, its
+  number of groups as ``total_steps`` (what ``process`` collects), the run's tokenizer, W&B off, and
+  atroposlib's own groups file (``data_path_to_save_groups``, with the HTML page it makes of it) beside the
+  test's files;
+- ``openai``: the model's URL at the test's gateway, which takes no key of its own.
+
+The bridge writes each scored group again as a row of the test's groups file, marked test-only, which is what
+the report reads; nothing of a test reaches a trainer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hermes_nb.atropos.interpreter import env_python_environment
+from hermes_nb.atropos.serve import SERVED_MODEL_NAME
+from hermes_nb.config import RunConfig, base_model_dir
+from hermes_nb.env.configure import openai_base_url
+from hermes_nb.errors import ConfigError
+
+PROCESS_BRIDGE_MODULE = "hermes_nb.atropos.process_bridge"
+# The gateway checks no key; atroposlib's OpenAI client insists on one.
+GATEWAY_API_KEY = "none"
+
+
+def process_settings(
+    config: RunConfig, *, num_groups: int, group_size: int, model_url: str, model_name: str | None, groups_file: Path
+) -> dict[str, Any]:
+    """The ``--config`` YAML's content: atroposlib's ``env`` and ``openai`` sections for one model's test."""
+    tokenizer = str(base_model_dir(config.trainer.base_model))
+    env = {
+        **config.env,
+        "group_size": group_size,
+        "total_steps": num_groups,
+        "tokenizer_name": tokenizer,
+        "use_wandb": False,
+        "data_path_to_save_groups": str(groups_file),
+        "ensure_scores_are_not_same": False,  # every group is worth looking at, as in hermes-nb's process mode
+    }
+    openai = {
+        "base_url": openai_base_url(model_url),
+        "model_name": model_name or SERVED_MODEL_NAME,
+        "server_type": "openai",
+        "health_check": False,  # the gateway is up before the environment starts
+        "tokenizer_name": tokenizer,
+        "api_key": GATEWAY_API_KEY,
+    }
+    return {"env": env, "openai": openai}
+
+
+def process_argv(
+    config: RunConfig, python: str, settings: dict[str, Any], settings_file: Path, rows: Path
+) -> list[str]:
+    """Write ``settings`` to ``settings_file`` and return the command that tests the environment with them."""
+    ref = config.environment
+    if ref is None:
+        raise ConfigError("no environment selected: call rl_select_environment(name) first")
+    settings_file.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
+    bridge = [python, "-m", PROCESS_BRIDGE_MODULE, ref.file, ref.class_name, "--rows", str(rows)]
+    return [*bridge, "--", "process", "--config", str(settings_file)]
+
+
+def process_environment(base: Mapping[str, str]) -> dict[str, str]:
+    """``hermes_nb`` importable by the environment Python; W&B off (atroposlib's ``process`` would turn it on)."""
+    return {**env_python_environment(base), "WANDB_MODE": "disabled"}
