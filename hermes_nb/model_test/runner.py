@@ -199,7 +199,12 @@ async def _test_one(plan: _Plan, index: int, target: ModelTarget, gateway: Gatew
                 url = gateway.add_endpoint(str(index), EndpointSettings.for_target(target, plan.hosted), stats)
                 outcome = await _test_endpoint(plan, target, files, url)
             else:
-                async with serve_model(Path(target.location), files.server_log, threads=plan.threads) as local:
+                trainer = plan.config.trainer  # a local model is served where the run would sample it
+                served = serve_model(
+                    Path(target.location), files.server_log, threads=plan.threads, device=trainer.device,
+                    dtype=trainer.dtype,
+                )  # fmt: skip
+                async with served as local:
                     url = gateway.add_local(str(index), local, stats)
                     outcome = await _run_environment(plan, target, url, files)
     except ServerStartError as exc:

@@ -188,6 +188,14 @@ def test_a_model_over_its_timeout_is_reported_as_timed_out_and_its_server_stoppe
     assert _children() == []
 
 
+def test_a_local_model_is_served_on_the_runs_trainer_device(tiny_env: None) -> None:
+    asyncio.run(api.rl_edit_config("trainer.device", "cuda:7"))  # no such device here: its server says so
+    result = asyncio.run(rl_test_inference(num_steps=1, group_size=2))
+    [model] = result.results
+    assert model.status == "server_failed" and "cuda:7" in (model.error or ""), model.error
+    assert _children() == []
+
+
 # ---- endpoints (a fake server in this process) ------------------------------------------------------------
 
 
