@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_nb.config import RunConfig
-from hermes_nb.errors import TransferError, UnknownRunError
+from hermes_nb.errors import TinkerError, TransferError, UnknownRunError
 from hermes_nb.protocol.checkpoints import CheckpointRecord, read_checkpoints
 from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE, RunPaths
 from hermes_nb.protocol.tinker import TinkerCheckpoint, read_checkpoint
@@ -196,8 +196,7 @@ def check_tinker_source(config: RunConfig, weights: Path, saved: TinkerCheckpoin
 
 def local_copy(weights: Path, saved: TinkerCheckpoint) -> Path:
     """A Tinker checkpoint's weights as a local model directory (the adapter merged into its base model)."""
-    from hermes_nb.errors import TinkerError
-    from hermes_nb.trainer.tinker_weights import checkpoint_weights_in_child
+    from hermes_nb.trainer.tinker_weights import checkpoint_weights_in_child  # brings the SDK: only when needed
 
     if not (Path(saved.base_model).expanduser() / "config.json").is_file():
         raise TransferError(

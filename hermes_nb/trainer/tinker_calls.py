@@ -231,12 +231,15 @@ class RemoteCalls:
         problem = self.probe()
         now = time.monotonic()
         if problem is None:
-            self.away_since = None
+            with self._lock:
+                self.away_since = None
             return False
         self._count(problem)
-        if self.away_since is None:
-            self.away_since = now
-        return now - self.away_since >= self.give_up_after_s
+        with self._lock:  # the trainer's calls and the watch probe at once: the first to find it away sets this
+            if self.away_since is None:
+                self.away_since = now
+            away_since = self.away_since
+        return now - away_since >= self.give_up_after_s
 
     def _count(self, error: str, rate_limited: bool = False) -> None:
         with self._lock:
