@@ -284,14 +284,22 @@ def _log_to_stderr() -> None:
     logger.propagate = False
 
 
+def class_to_run(args: argparse.Namespace, log: logging.Logger) -> type | None:
+    """The environment's class (``args.file``, ``args.class_name``), with SIGTERM set to end the process as a stop
+    ends a native environment; None, logged, when the file has no such class."""
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        return load_class(args.file, args.class_name)
+    except ValueError as exc:
+        log.error("hermes-nb: %s", exc)
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _log_to_stderr()
     args, cli_args = parse_args(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, _stop)
-    try:
-        cls = load_class(args.file, args.class_name)
-    except ValueError as exc:
-        logger.error("hermes-nb: %s", exc)
+    cls = class_to_run(args, logger)
+    if cls is None:
         return USAGE_ERROR
     from atroposlib.envs.base import BaseEnv
 

@@ -17,13 +17,12 @@ import argparse
 import inspect
 import json
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hermes_nb.atropos.bridge import USAGE_ERROR, load_class, one_server_per_declared
+from hermes_nb.atropos.bridge import USAGE_ERROR, class_to_run, one_server_per_declared
 from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
 
 logger = logging.getLogger("hermes_nb.atropos.process_bridge")
@@ -118,18 +117,11 @@ def _jsonable(item: Any) -> Any:
         return repr(item)
 
 
-def _stop(signum: int, frame: object) -> None:
-    raise SystemExit(0)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s process_bridge %(levelname)s %(message)s")
     args, cli_args = parse_args(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, _stop)
-    try:
-        cls = load_class(args.file, args.class_name)
-    except ValueError as exc:
-        logger.error("hermes-nb: %s", exc)
+    cls = class_to_run(args, logger)
+    if cls is None:
         return USAGE_ERROR
     from atroposlib.envs.base import BaseEnv
 

@@ -229,3 +229,16 @@ def use_key(monkeypatch: Any, key: str = FAKE_KEY) -> str:
     monkeypatch.setenv(KEY_ENV_VAR, KEY_VAR)
     monkeypatch.setenv(KEY_VAR, key)
     return key
+
+
+def right_and_wrong_tested(url: str) -> tuple[Any, Any, Any]:
+    """``rl_test_inference`` of the selected environment against ``SOLVER`` and ``WRONG`` (2 groups of 4 each),
+    checked to score the first fully and the second not at all: the result and the two models' results."""
+    from hermes_nb.model_test.runner import rl_test_inference
+
+    result = asyncio.run(rl_test_inference(num_steps=2, group_size=4, models=[f"{url}#{SOLVER}", f"{url}#{WRONG}"]))
+    right, wrong = result.results
+    assert [r.status for r in result.results] == ["ok", "ok"], str(result)
+    assert (right.completions, right.correct, right.accuracy) == (8, 8, 1.0)
+    assert (wrong.completions, wrong.correct, wrong.accuracy) == (8, 0, 0.0)
+    return result, right, wrong

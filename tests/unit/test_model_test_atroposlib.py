@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_provider import SOLVER, WRONG, fake_provider, solve, use_key
+from fake_provider import SOLVER, fake_provider, right_and_wrong_tested, solve, use_key
 from side_envs import REPO_ROOT, side_env_python
 
 from hermes_nb import api
@@ -55,11 +55,7 @@ def test_an_atroposlib_environment_scores_a_right_provider_fully_and_a_wrong_one
 ) -> None:
     key = use_key(monkeypatch)
     with fake_provider() as (url, state):
-        result = asyncio.run(rl_test_inference(num_steps=2, group_size=4, models=[f"{url}#{SOLVER}", f"{url}#{WRONG}"]))
-    right, wrong = result.results
-    assert [r.status for r in result.results] == ["ok", "ok"], str(result)
-    assert (right.completions, right.correct, right.accuracy) == (8, 8, 1.0)
-    assert (wrong.completions, wrong.correct, wrong.accuracy) == (8, 0, 0.0)
+        result, right, wrong = right_and_wrong_tested(url)
     assert right.rate_limited == 1 and right.requests == len(state.calls_of(SOLVER))
     for model in (right, wrong):
         rows = _rows(model.output_file)

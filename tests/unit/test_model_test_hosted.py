@@ -24,6 +24,7 @@ from fake_provider import (
     WRONG,
     ProviderState,
     fake_provider,
+    right_and_wrong_tested,
     solve,
     use_key,
 )
@@ -94,11 +95,7 @@ def test_shipped_environments_score_a_right_provider_fully_and_a_wrong_one_not_a
 ) -> None:
     _select(environment, monkeypatch)
     with fake_provider() as (url, state):
-        result = asyncio.run(rl_test_inference(num_steps=2, group_size=4, models=[f"{url}#{SOLVER}", f"{url}#{WRONG}"]))
-    right, wrong = result.results
-    assert [r.status for r in result.results] == ["ok", "ok"], str(result)
-    assert (right.completions, right.correct, right.accuracy) == (8, 8, 1.0)
-    assert (wrong.completions, wrong.correct, wrong.accuracy) == (8, 0, 0.0)
+        result, right, wrong = right_and_wrong_tested(url)
     assert result.best_model == f"{url}#{SOLVER}"
     for model, name in ((right, SOLVER), (wrong, WRONG)):
         rows = _rows(model.output_file)
