@@ -8,7 +8,10 @@ process --config YAML``. The YAML is how atroposlib takes settings, as for ``ser
   number of groups as ``total_steps`` (what ``process`` collects), the run's tokenizer, W&B off, and
   atroposlib's own groups file (``data_path_to_save_groups``, with the HTML page it makes of it) beside the
   test's files;
-- ``openai``: the model's URL at the test's gateway, which takes no key of its own.
+- ``openai``: the model's URL at the test's gateway, which takes no key of its own: a local model's server as a
+  vLLM server (as in a run: ``managed_server`` gets exact tokens and logprobs through its ``/generate``); an
+  endpoint as an OpenAI one, with atroposlib's stand-in ``managed_server`` allowed
+  (``ATROPOS_ALLOW_DUMMY_MANAGED_SERVER``: placeholder tokens, fine for groups that are only scored).
 
 The bridge writes each scored group again as a row of the test's groups file, marked test-only, which is what
 the report reads; nothing of a test reaches a trainer.
@@ -23,7 +26,7 @@ from typing import Any
 import yaml
 
 from hermes_nb.atropos.interpreter import env_python_environment
-from hermes_nb.atropos.serve import SERVED_MODEL_NAME
+from hermes_nb.atropos.serve import SERVED_MODEL_NAME, VLLM_SERVER_TYPE
 from hermes_nb.config import RunConfig, base_model_dir
 from hermes_nb.env.configure import openai_base_url
 from hermes_nb.errors import ConfigError
@@ -34,7 +37,14 @@ GATEWAY_API_KEY = "none"
 
 
 def process_settings(
-    config: RunConfig, *, num_groups: int, group_size: int, model_url: str, model_name: str | None, groups_file: Path
+    config: RunConfig,
+    *,
+    num_groups: int,
+    group_size: int,
+    model_url: str,
+    model_name: str | None,
+    local: bool,
+    groups_file: Path,
 ) -> dict[str, Any]:
     """The ``--config`` YAML's content: atroposlib's ``env`` and ``openai`` sections for one model's test."""
     tokenizer = str(base_model_dir(config.trainer.base_model))
@@ -50,7 +60,7 @@ def process_settings(
     openai = {
         "base_url": openai_base_url(model_url),
         "model_name": model_name or SERVED_MODEL_NAME,
-        "server_type": "openai",
+        "server_type": VLLM_SERVER_TYPE if local else "openai",
         "health_check": False,  # the gateway is up before the environment starts
         "tokenizer_name": tokenizer,
         "api_key": GATEWAY_API_KEY,
@@ -71,5 +81,6 @@ def process_argv(
 
 
 def process_environment(base: Mapping[str, str]) -> dict[str, str]:
-    """``hermes_nb`` importable by the environment Python; W&B off (atroposlib's ``process`` would turn it on)."""
-    return {**env_python_environment(base), "WANDB_MODE": "disabled"}
+    """``hermes_nb`` importable by the environment Python; W&B off (atroposlib's ``process`` would turn it on);
+    ``managed_server`` allowed on an endpoint, as a stand-in."""
+    return {**env_python_environment(base), "WANDB_MODE": "disabled", "ATROPOS_ALLOW_DUMMY_MANAGED_SERVER": "1"}

@@ -11,8 +11,10 @@ own models. The run decides there what it decides for any environment:
   ``rollout_server_url`` (the run's trajectory API), ``tokenizer_name`` (the trainer's model directory),
   ``data_path_to_save_groups`` (none), and ``use_wandb``, on only when the environment's own setting and the
   run's W&B mode both are (atroposlib then reads the project and group from the API's ``/wandb_info``).
-- ``openai``: the run's inference server (``base_url``), as an OpenAI server; no health probe, since the
-  supervisor waited for the server's ``/health`` already and a probe per second would take sampling time.
+- ``openai``: the run's inference server (``base_url``), as a vLLM server (``server_type: vllm``): it serves
+  OpenAI's completions and chat, and vLLM's ``/generate`` on token ids with their logprobs, which is what
+  atroposlib's ``managed_server`` samples through (on an OpenAI server it refuses to run); no health probe, since
+  the supervisor waited for the server's ``/health`` already and a probe per second would take sampling time.
 
 W&B's mode, directory and entity reach the process as atroposlib's ``wandb`` reads them, through ``WANDB_*``
 variables; keys reach it only through the environment variables it inherits.
@@ -38,6 +40,8 @@ from hermes_nb.system.secrets import write_private
 BRIDGE_MODULE = "hermes_nb.atropos.bridge"
 # The model name sent to the run's inference server, which serves one policy under any name.
 SERVED_MODEL_NAME = "policy"
+# atroposlib's name for a server that answers vLLM's /generate as well as OpenAI's routes, as hermes-nb's does.
+VLLM_SERVER_TYPE = "vllm"
 
 
 def wandb_enabled(config: RunConfig) -> bool:
@@ -60,7 +64,7 @@ def serve_settings(config: RunConfig, secret: str | None = None, api_secret: str
     openai = {
         "base_url": openai_base_url(infra.inference_url or ""),
         "model_name": SERVED_MODEL_NAME,
-        "server_type": "openai",
+        "server_type": VLLM_SERVER_TYPE,
         "health_check": False,
         "tokenizer_name": infra.tokenizer_name,
     }

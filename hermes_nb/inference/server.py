@@ -1,4 +1,5 @@
-"""The inference server: OpenAI-compatible completions and chat, ``/generate`` on token ids, ``/health``.
+"""The inference server: OpenAI-compatible completions and chat, ``/generate`` on token ids (hermes-nb's shape and
+vLLM's, which atroposlib's ``managed_server`` samples through), ``/health``.
 
 It runs inside the trainer process (uvicorn on a thread, see ``InferenceServer``) and samples from the live
 policy held by an ``InferenceEngine``. ``/health`` answers 503 until the first policy is published, so a
@@ -12,10 +13,12 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
 
 from hermes_nb.inference.engine import InferenceEngine, Policy
 from hermes_nb.inference.sampler import RowResult, SampleRow
@@ -39,8 +42,12 @@ from hermes_nb.protocol.inference import (
     NamedToolChoice,
     SamplingParams,
     Usage,
+    VLLMGenerateRequest,
+    VLLMGenerateResponse,
 )
 from hermes_nb.protocol.tool_calls import parse_tool_calls, template_message
+
+_Body = TypeVar("_Body", bound=BaseModel)
 
 
 def _policy(engine: InferenceEngine) -> Policy:
@@ -184,6 +191,52 @@ def _chat_choice(
     )
 
 
+async def _json_body(request: Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError:
+        raise HTTPException(status_code=422, detail="the body is not JSON") from None
+
+
+def _validated(model: type[_Body], body: Any) -> _Body:
+    """``body`` as ``model``; a 422 naming the first field that is wrong, as FastAPI's own validation answers."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
+
+
+async def _generate(engine: InferenceEngine, request: GenerateRequest) -> GenerateResponse:
+    policy = _policy(engine)
+    for i, prompt in enumerate(request.prompt_token_ids):
+        _check_prompt(policy, prompt, request.max_tokens, f"prompt_token_ids[{i}]")
+    rows = _rows(policy, request.prompt_token_ids, request, request.stop_token_ids)
+    results, version = await engine.sample(rows)
+    sequences = [
+        GeneratedSequence(
+            prompt_index=k // request.n, token_ids=r.token_ids, logprobs=r.logprobs, finish_reason=r.finish_reason
+        )
+        for k, r in enumerate(results)
+    ]
+    return GenerateResponse(sequences=sequences, policy_version=version)
+
+
+async def _vllm_generate(engine: InferenceEngine, request: VLLMGenerateRequest) -> VLLMGenerateResponse:
+    policy = _policy(engine)
+    prompt = request.prompt.prompt_token_ids
+    _check_prompt(policy, prompt, request.max_tokens, "prompt.prompt_token_ids")
+    stops = _stop_strings(request.stop)
+    results, version = await engine.sample(_rows(policy, [prompt], request, stop_strings=stops))
+    return VLLMGenerateResponse(
+        text=[_text(policy, result, stops) for result in results],
+        logprobs=[
+            [[{str(token): logprob}] for token, logprob in zip(r.token_ids, r.logprobs, strict=True)] for r in results
+        ],
+        finish_reasons=[r.finish_reason for r in results],
+        policy_version=version,
+    )
+
+
 def create_app(engine: InferenceEngine) -> FastAPI:
     app = FastAPI(title="hermes-nb inference")
     require_run_secret(app)
@@ -200,20 +253,14 @@ def create_app(engine: InferenceEngine) -> FastAPI:
         policy = _policy(engine)
         return {"object": "list", "data": [{"id": policy.name, "object": "model", "owned_by": "hermes-nb"}]}
 
-    @app.post("/generate")
-    async def generate(request: GenerateRequest) -> GenerateResponse:
-        policy = _policy(engine)
-        for i, prompt in enumerate(request.prompt_token_ids):
-            _check_prompt(policy, prompt, request.max_tokens, f"prompt_token_ids[{i}]")
-        rows = _rows(policy, request.prompt_token_ids, request, request.stop_token_ids)
-        results, version = await engine.sample(rows)
-        sequences = [
-            GeneratedSequence(
-                prompt_index=k // request.n, token_ids=r.token_ids, logprobs=r.logprobs, finish_reason=r.finish_reason
-            )
-            for k, r in enumerate(results)
-        ]
-        return GenerateResponse(sequences=sequences, policy_version=version)
+    @app.post("/generate", response_model=None)
+    async def generate(request: Request) -> GenerateResponse | VLLMGenerateResponse:
+        # Two shapes share vLLM's path: hermes-nb's (prompts as ``prompt_token_ids``) and vLLM's own (one
+        # ``prompt: {prompt_token_ids}``), which atroposlib's VLLMServer sends. The body says which it is.
+        body = await _json_body(request)
+        if isinstance(body, dict) and isinstance(body.get("prompt"), dict):
+            return await _vllm_generate(engine, _validated(VLLMGenerateRequest, body))
+        return await _generate(engine, _validated(GenerateRequest, body))
 
     @app.post("/v1/completions")
     async def completions(request: CompletionRequest) -> CompletionResponse:

@@ -300,6 +300,7 @@ def _atroposlib_argv(plan: _Plan, target: ModelTarget, url: str, files: _Files) 
         group_size=group_size,
         model_url=url,
         model_name=target.model_name,
+        local=target.kind == "local",
         groups_file=atropos_groups,
     )
     return process_argv(plan.config, plan.env_python, settings, Path(f"{files.stem}.atropos.yaml"), files.output)

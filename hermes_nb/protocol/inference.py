@@ -186,6 +186,29 @@ class GenerateRequest(BaseModel):
     seed: int | None = None
 
 
+class VLLMPrompt(BaseModel):
+    prompt_token_ids: list[int] = Field(min_length=1)
+
+
+class VLLMGenerateRequest(SamplingParams):
+    """``/generate`` in vLLM's native shape, as atroposlib's ``VLLMServer`` sends it (what its ``managed_server``
+    samples through): one prompt as token ids, vLLM's sampling fields (those hermes-nb has no use for, such as
+    ``skip_special_tokens``, are ignored, as ``SamplingParams`` ignores unknown fields)."""
+
+    prompt: VLLMPrompt
+    logprobs: int | None = Field(default=None, ge=0, le=5)  # vLLM: how many top logprobs; the sampled one is sent
+
+
+class VLLMGenerateResponse(BaseModel):
+    """Per sample: ``logprobs[i][t]`` is ``[{"<token id>": logprob}]`` for the t-th sampled token (vLLM's shape),
+    ``text[i]`` its text and ``finish_reasons[i]`` why it ended."""
+
+    text: list[str]
+    logprobs: list[list[list[dict[str, float]]]]
+    finish_reasons: list[FinishReason]
+    policy_version: int
+
+
 class GeneratedSequence(BaseModel):
     prompt_index: int
     token_ids: list[int]

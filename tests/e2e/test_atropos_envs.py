@@ -30,10 +30,12 @@ from hermes_nb.api import (
 )
 from hermes_nb.notebook.headless import execute_notebook, png_outputs
 from hermes_nb.protocol import metrics as keys
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_layout import TRAJECTORIES_FILE, RunPaths
+from hermes_nb.protocol.trajectory import MASK_IGNORE
 from hermes_nb.runs.registry import known_run_ids
 from hermes_nb.runs.state import read_run_state
 from hermes_nb.system import home
+from hermes_nb.trainer.checkpoints import read_trajectories
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -186,3 +188,24 @@ def test_stopping_an_atroposlib_run_saves_a_checkpoint_and_ends_every_process(
     env = read_run_state(home.run_dir(start.run_id)).processes["env"]
     assert env.exit_code == 0  # the bridge ends atroposlib's loop on SIGTERM as a native environment ends
     assert json.loads((home.run_dir(start.run_id) / "run.json").read_text())["status"] == "stopped"
+
+
+def test_an_environment_sampling_through_managed_server_trains_on_the_tokens_and_logprobs_it_sampled(
+    atropos_python: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(home.ENV_PYTHON_VAR, str(atropos_python))
+    run(rl_select_environment("atropos_add_managed"))
+    start = run(rl_start_training(total_steps=3))
+    status = wait_for_status(start.run_id, lambda s: s.status in ("completed", "failed"), CELL_TIMEOUT_S)
+    assert status.status == "completed", status.error
+
+    trained = [
+        group for _, groups in read_trajectories(home.run_dir(start.run_id) / TRAJECTORIES_FILE) for group in groups
+    ]
+    assert trained
+    for group in trained:
+        assert group.inference_logprobs is not None  # the server's own, kept by atroposlib's managed server
+        for tokens, masks, logprobs in zip(group.tokens, group.masks, group.inference_logprobs, strict=True):
+            sampled = [i for i, mask in enumerate(masks) if mask != MASK_IGNORE]
+            assert sampled and all(masks[i] == tokens[i] for i in sampled)
+            assert all(logprobs[i] <= 0.0 for i in sampled) and any(logprobs[i] < 0.0 for i in sampled)

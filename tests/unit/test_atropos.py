@@ -201,7 +201,7 @@ def test_serve_settings_lock_the_runs_urls_tokenizer_and_sizes(tmp_path: Path) -
     assert env["tokenizer_name"] == "/models/tiny" and server["tokenizer_name"] == "/models/tiny"
     assert (env["total_steps"], env["batch_size"], env["group_size"], env["max_operand"]) == (6, 16, 4, 4)
     assert env["data_path_to_save_groups"] is None
-    assert server["base_url"] == "http://127.0.0.1:4200/v1" and server["server_type"] == "openai"
+    assert server["base_url"] == "http://127.0.0.1:4200/v1" and server["server_type"] == "vllm"
 
 
 @pytest.mark.parametrize(

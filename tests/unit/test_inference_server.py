@@ -72,6 +72,31 @@ def test_generate_logprobs_equal_the_models_forward_pass(server, model_and_token
         assert torch.allclose(torch.tensor(seq["logprobs"]), expected, atol=1e-4)
 
 
+def test_generate_in_vllms_shape_answers_as_vllm_does_with_the_same_logprobs(server, model_and_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    # atroposlib's VLLMServer (behind its managed_server) posts this, with sampling fields vLLM knows
+    srv, url = server
+    _publish(srv, model_and_tokenizer)
+    prompt = [10, 11, 12]
+    body = {"prompt": {"prompt_token_ids": prompt}, "logprobs": 0, "n": 3, "max_tokens": 5, "temperature": 1.0,
+            "skip_special_tokens": True}  # fmt: skip
+    answer = httpx.post(f"{url}/generate", json=body, timeout=30).json()
+    assert len(answer["logprobs"]) == len(answer["finish_reasons"]) == len(answer["text"]) == 3
+    model, tokenizer = model_and_tokenizer
+    for per_token, finish_reason, text in zip(
+        answer["logprobs"], answer["finish_reasons"], answer["text"], strict=True
+    ):
+        assert all(len(position) == 1 and len(position[0]) == 1 for position in per_token)  # [{"<id>": logprob}]
+        ids = [int(next(iter(position[0]))) for position in per_token]
+        logprobs = [next(iter(position[0].values())) for position in per_token]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([prompt + ids])).logits.float(), -1)[0]
+        expected = logp[torch.arange(len(prompt) - 1, len(prompt) + len(ids) - 1), torch.tensor(ids)]
+        assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-4)
+        assert finish_reason in ("stop", "length") and text == tokenizer.decode(ids, skip_special_tokens=True)
+    refused = httpx.post(f"{url}/generate", json={"prompt": {"prompt_token_ids": []}})
+    assert refused.status_code == 422 and "prompt_token_ids" in refused.text
+
+
 def test_concurrent_requests_share_one_batch(server, model_and_tokenizer) -> None:  # type: ignore[no-untyped-def]
     srv, url = server
     _publish(srv, model_and_tokenizer)

@@ -104,3 +104,21 @@ def test_an_environment_python_without_atroposlib_is_refused_before_anything_is_
 
     assert "pip install atroposlib" in str(refused.value) and str(python) in str(refused.value)
     assert (sorted(tests_dir.iterdir()) if tests_dir.is_dir() else []) == before
+
+
+def test_an_environment_sampling_through_managed_server_is_tested_against_an_endpoint_and_the_base_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _select("atropos_add_managed", monkeypatch)
+    use_key(monkeypatch)
+    with fake_provider() as (url, _):
+        result = asyncio.run(rl_test_inference(num_steps=1, group_size=4, models=[f"{url}#{SOLVER}", "embedded"]))
+    hosted, local = result.results
+    assert (hosted.status, hosted.completions, hosted.accuracy) == ("ok", 4, 1.0), str(result)
+    assert (local.status, local.completions) == ("ok", 4), str(result)
+    [row] = _rows(local.output_file)
+    group = ScoredDataGroup.model_validate(row["group"])
+    assert group.is_test_only() and group.inference_logprobs is not None  # exact, from the local server
+    sampled = [lp for lps, masks in zip(group.inference_logprobs, group.masks, strict=True)
+               for lp, mask in zip(lps, masks, strict=True) if mask != -100]  # fmt: skip
+    assert sampled and all(lp <= 0 for lp in sampled) and any(lp < 0 for lp in sampled)
