@@ -12,8 +12,10 @@ atroposlib pins its own stack and usually lives in a virtual environment of its 
   adds what a hermes-nb run needs around atroposlib's loop without changing the environment's code: its
   ``wandb_log`` metrics in ``env_metrics.jsonl`` under the run's metric names (``metrics_map``), a final
   evaluation once the trainer's last step is taken, a clean disconnect, and a named failure when the environment's
-  loop ends before the run's last step.
+  loop ends before the run's last step;
+- ``rl_test_inference`` runs it there with atroposlib's own ``process`` command (``process``: the settings for one
+  model under test), through ``process_bridge``, which writes each scored group as a row of the test's file.
 
-``bridge`` and ``metrics_map`` run inside the environment Python: they import only the standard library,
-pydantic and ``hermes_nb.protocol`` (and atroposlib), never the rest of hermes-nb.
+``bridge``, ``process_bridge`` and ``metrics_map`` run inside the environment Python: they import only the
+standard library, pydantic and ``hermes_nb.protocol`` (and atroposlib), never the rest of hermes-nb.
 """

@@ -3,8 +3,10 @@ command in the environment Python (``.venvs/atropos``, built by ``make test``), 
 behaves as hosted ones do (``fake_provider``: text only, ``usage``, one 429 with ``Retry-After``, ``n`` ignored, the
 key checked) and against the run's own base model.
 
-The environment is tests/fixtures/atropos/add_env.py: chat completions through atroposlib's server manager,
-``tokenize_for_trainer``, scores of 1.0 and -1.0.
+The environments are tests/fixtures/atropos/add_env.py (chat completions through atroposlib's server manager,
+``tokenize_for_trainer``, scores of 1.0 and -1.0), its variant that samples through ``managed_server``
+(add_env_managed.py: against the base model it gets exact tokens and logprobs from a local vLLM-type server) and
+one whose ``setup`` crashes (add_env_failures.py).
 """
 
 from __future__ import annotations
@@ -65,15 +67,6 @@ def test_an_atroposlib_environment_scores_a_right_provider_fully_and_a_wrong_one
     samples = [s for row in _rows(right.output_file) for s in row["samples"]]
     assert all(s["completion"].strip() == solve(s["prompt"] or "") and s["correct"] for s in samples)
     assert not [p for p in Path(result.output_dir).rglob("*") if p.is_file() and key in p.read_text(errors="replace")]
-
-
-def test_an_atroposlib_environment_is_tested_against_the_runs_base_model_served_here(atropos_add: Path) -> None:
-    result = asyncio.run(rl_test_inference(num_steps=1, group_size=4, models=["embedded"]))
-    [model] = result.results
-    assert (model.status, model.kind, model.completions) == ("ok", "local", 4), str(result)
-    [row] = _rows(model.output_file)
-    assert ScoredDataGroup.model_validate(row["group"]).is_test_only()
-    assert [s["prompt"] for s in row["samples"]] == [row["item"][0]] * 4  # the item: (question, answer)
 
 
 def test_a_crash_in_setup_is_that_models_failure_with_the_environments_own_words(
