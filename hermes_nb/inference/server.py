@@ -46,6 +46,7 @@ from hermes_nb.protocol.inference import (
     VLLMGenerateResponse,
 )
 from hermes_nb.protocol.tool_calls import parse_tool_calls, template_message
+from hermes_nb.system.net import SERVER_KEEP_ALIVE_S
 
 _Body = TypeVar("_Body", bound=BaseModel)
 
@@ -321,7 +322,14 @@ class InferenceServer:
     def __init__(self, engine: InferenceEngine, port: int, host: str = "127.0.0.1") -> None:
         import uvicorn
 
-        config = uvicorn.Config(create_app(engine), host=host, port=port, log_level="warning", lifespan="off")
+        config = uvicorn.Config(
+            create_app(engine),
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            timeout_keep_alive=SERVER_KEEP_ALIVE_S,
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="inference-server", daemon=True)
         self.engine = engine

@@ -30,7 +30,7 @@ import httpx
 
 from hermes_nb.model_test.endpoints import ProviderAnswer, ProviderClient
 from hermes_nb.model_test.settings import EndpointSettings, EndpointStats
-from hermes_nb.system.net import LOOPBACK
+from hermes_nb.system.net import LOOPBACK, SERVER_KEEP_ALIVE_S
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -87,7 +87,9 @@ class Gateway:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind((LOOPBACK, 0))  # bound here, so no other process can take the port before uvicorn listens
         self.port = int(sock.getsockname()[1])
-        config = uvicorn.Config(_app(self), log_level="warning", access_log=False, lifespan="on")
+        config = uvicorn.Config(
+            _app(self), log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=SERVER_KEEP_ALIVE_S
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._serve, args=(sock,), name="hermes-nb-gateway", daemon=True)
         self._thread.start()

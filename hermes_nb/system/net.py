@@ -5,6 +5,11 @@ from __future__ import annotations
 import socket
 
 LOOPBACK = "127.0.0.1"
+# How long every server of a run keeps an idle HTTP connection open. It must outlast every client's own idle limit
+# (httpx and the openai SDK: 5 s; aiohttp, atroposlib's: 15 s): when the two are equal (uvicorn's default is also
+# 5 s), a client can send its next request on a connection at the moment the server closes it, and that request
+# fails with "Server disconnected without sending a response", though the server is fine.
+SERVER_KEEP_ALIVE_S = 75
 
 
 def free_port(host: str = LOOPBACK) -> int:

@@ -16,7 +16,7 @@ from types import FrameType
 import uvicorn
 from pydantic import ValidationError
 
-from hermes_nb.system.net import LOOPBACK
+from hermes_nb.system.net import LOOPBACK, SERVER_KEEP_ALIVE_S
 from hermes_nb.trajectory_api.server import DEFAULT_PORT, ApiSettings, create_app
 from hermes_nb.trajectory_api.state import MIB, ApiLimits
 
@@ -100,6 +100,7 @@ def _serve(settings: ApiSettings, sock: socket.socket) -> int:
         log_level=logging.DEBUG if settings.log_level == "debug" else logging.WARNING,
         access_log=settings.access_log,
         lifespan="off",
+        timeout_keep_alive=SERVER_KEEP_ALIVE_S,
     )
     if settings.access_log:
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
