@@ -10,6 +10,9 @@ LOOPBACK = "127.0.0.1"
 # 5 s), a client can send its next request on a connection at the moment the server closes it, and that request
 # fails with "Server disconnected without sending a response", though the server is fine.
 SERVER_KEEP_ALIVE_S = 75
+# ... and how long hermes-nb's trajectory clients keep one: below the 5 s of servers it does not run (an atroposlib
+# run-api is uvicorn with its default), so they never reuse a connection such a server may be closing.
+CLIENT_KEEP_ALIVE_S = 2.0
 
 
 def free_port(host: str = LOOPBACK) -> int:

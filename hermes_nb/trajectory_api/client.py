@@ -25,6 +25,7 @@ import httpx
 
 from hermes_nb.protocol.auth import bearer_headers
 from hermes_nb.protocol.trajectory import HealthResponse, Registration, ScoredDataGroup
+from hermes_nb.system.net import CLIENT_KEEP_ALIVE_S
 from hermes_nb.trajectory_api import endpoints
 from hermes_nb.trajectory_api.endpoints import Call, TrajectoryAPIError, TrajectoryAPIUnavailable
 
@@ -41,6 +42,8 @@ T = TypeVar("T")
 
 # A batch of a large run is tens of MB of JSON; reading it on a busy two-core machine can take a while.
 DEFAULT_TIMEOUT_S = 120.0
+# An idle connection is dropped after CLIENT_KEEP_ALIVE_S, before any server closes it (hermes_nb.system.net).
+_LIMITS = httpx.Limits(keepalive_expiry=CLIENT_KEEP_ALIVE_S)
 # How often the trainer retries an empty /batch: short, because the trainer idles while it waits and the
 # environment posts groups continuously; a local GET costs well under a millisecond.
 BATCH_POLL_S = 0.02
@@ -141,7 +144,7 @@ class TrajectoryClient(_Endpoints):
         secret: str | None = None,
     ) -> None:
         super().__init__(base_url, secret)
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport, limits=_LIMITS)
 
     async def send(self, call: Call[T], *, timeout: float | None = None) -> T:
         """``call``'s answer; ``timeout`` replaces the client's for this request."""
@@ -175,7 +178,7 @@ class SyncTrajectoryClient(_Endpoints):
         secret: str | None = None,
     ) -> None:
         super().__init__(base_url, secret)
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport, limits=_LIMITS)
         # Learned from the first 404: an atroposlib run-api has no /health, and asking again on every poll
         # would only fill its log with 404s.
         self._health_missing = False

@@ -1,8 +1,9 @@
-"""Every HTTP server of a run (the trajectory API, the inference server, the model test's gateway) keeps an idle
-connection open longer than its clients keep one (httpx and the openai SDK: 5 s). When both wait the same 5 s,
-uvicorn's default, a client sends its next request on a pooled connection just as the server closes it, and the
-request fails with "Server disconnected without sending a response": a trainer polling ``/batch`` after a 5 s
-step failed a run that way. Each server here is asked again on the same connection after 6 s of silence."""
+"""Idle connections never die under a request. Every HTTP server of a run (the trajectory API, the inference
+server, the model test's gateway) keeps an idle connection open longer than its clients keep one (httpx and the
+openai SDK: 5 s); hermes-nb's trajectory clients drop theirs before servers it does not run close them (an
+atroposlib run-api: uvicorn's default 5 s). When both sides wait the same 5 s, a client sends its next request on
+a pooled connection just as the server closes it, and the request fails with "Server disconnected without sending
+a response": a trainer polling ``/batch`` after a 5 s step failed a run that way."""
 
 from __future__ import annotations
 
@@ -14,15 +15,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from env_runtime_fakes import trajectory_api_process
+from env_runtime_fakes import serve_in_thread, trajectory_api_process
 
 from hermes_nb.inference.engine import InferenceEngine
 from hermes_nb.inference.server import InferenceServer
 from hermes_nb.model_test.gateway import Gateway
-from hermes_nb.system.net import LOOPBACK, free_port
+from hermes_nb.system.net import CLIENT_KEEP_ALIVE_S, LOOPBACK, free_port
+from hermes_nb.trajectory_api import endpoints
+from hermes_nb.trajectory_api.client import SyncTrajectoryClient
 
 # Longer than httpx's idle limit (5 s) and uvicorn's default keep-alive (5 s), which raced each other.
 IDLE_S = 6.0
+# Past the trajectory clients' own limit, within httpx's default and uvicorn's 5 s: a client with httpx's default
+# would reuse the connection here.
+CLIENT_IDLE_S = 3.0
 
 
 def answer_to(sock: socket.socket, path: str) -> bytes:
@@ -87,3 +93,28 @@ def test_every_server_answers_on_a_connection_left_idle_longer_than_clients_keep
     assert {name: line.split(b" ")[0] for name, line in results.items()} == dict.fromkeys(
         ("api", "inference", "gateway"), b"HTTP/1.1"
     ), results
+
+
+def test_a_trajectory_client_does_not_reuse_a_connection_idle_for_longer_than_it_keeps_one() -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    client_ports: list[int] = []
+
+    async def status(request: Request) -> JSONResponse:
+        assert request.client is not None
+        client_ports.append(request.client.port)
+        return JSONResponse({"current_step": 0, "queue_size": 0})
+
+    app = Starlette(routes=[Route("/status", status)])
+    server = serve_in_thread(app, "a server with uvicorn's own keep-alive, as run-api")
+    with server as url, SyncTrajectoryClient(url) as api:
+        api.send(endpoints.status())
+        api.send(endpoints.status())  # at once: the same connection
+        time.sleep(CLIENT_IDLE_S)
+        api.send(endpoints.status())
+
+    assert client_ports[0] == client_ports[1] and client_ports[2] != client_ports[1]
+    assert CLIENT_KEEP_ALIVE_S < CLIENT_IDLE_S
