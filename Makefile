@@ -47,8 +47,9 @@ e2e: setup
 browser: setup
 	$(VENV)/bin/pytest -q tests/browser
 
+# --durations: the slowest tests printed after every full run, to keep the suite within its 30 minutes.
 test: lint typecheck side-envs
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=25
 
 # The bench extra adds what only benchmarks import (TRL for bench/vs_trl.py); installed once, like set-up.
 BENCH_STAMP := $(VENV)/.bench-stamp
