@@ -176,11 +176,18 @@ SDK_IN_PROCESS = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExce
 
 @pytest.fixture(scope="module", autouse=True)
 def sdk_clients_collected() -> Iterator[None]:
-    """Last of the module: what is left of those clients is collected here, with their sockets' ResourceWarning
-    ignored, and not during the session's end, where a warning turned error fails the whole run."""
+    """Last of the module: the SDK's sessions made in this process are closed (each one's heartbeat task holds it,
+    so it would otherwise beat, and warn, against its stopped server until the session ends), and what is left of
+    those clients is collected here, with their sockets' ResourceWarning ignored, not during the session's end,
+    where a warning turned error fails the whole run."""
     yield
+    from tinker.lib.internal_client_holder import InternalClientHolder
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
+        # type(), not isinstance(): some objects (torch proxies) warn when their __class__ is read.
+        for holder in [obj for obj in gc.get_objects() if issubclass(type(obj), InternalClientHolder)]:
+            holder.close()
         gc.collect()
 
 
