@@ -79,12 +79,13 @@ class TextCachingRenderer(RendererAgg):
         font = self._prepare_font(prop)
         size = prop.get_size_in_points()
         glyphs = []
-        for item in font._layout(s, flags=get_hinting_flag(), features=None, language=None):
+        flags = get_hinting_flag()
+        mode = RenderMode.NORMAL if antialiased else RenderMode.MONO
+        for item in font._layout(s, flags=flags, features=None, language=None):
             glyph_font = item.ft_object  # the font itself, or a fallback font for a glyph it lacks
             glyph_font.set_size(size, self.dpi)
             glyph_font._set_transform(_IDENTITY, [round(0x40 * item.x), round(0x40 * item.y)])
-            mode = RenderMode.NORMAL if antialiased else RenderMode.MONO
-            bitmap = glyph_font._render_glyph(item.glyph_index, get_hinting_flag(), mode)
+            bitmap = glyph_font._render_glyph(item.glyph_index, flags, mode)
             coverage = np.array(bitmap.buffer)  # a copy: the buffer is the font's, reused by its next glyph
             glyphs.append((coverage if antialiased else coverage * 0xFF, bitmap.left, bitmap.top))
         return _composed(glyphs)
