@@ -251,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = run_sync(command.call(args))
     except HermesNBError as exc:
-        from hermes_nb.results import redact
+        from hermes_nb.system.secrets import redact
 
         print(f"hermes-nb {command.name}: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USER_ERROR

@@ -316,6 +316,19 @@ LOCKED_FIELDS: frozenset[str] = frozenset(
 )
 
 
+def locked_env_values(infra: InfraConfig, base_model: str) -> dict[str, str]:
+    """The values of ``LOCKED_ENV_FIELDS`` a run decides, whatever the file or the user said: where the trajectory
+    API listens and which tokenizer the trainer uses (its base model). Fields the run has not decided yet (no API
+    URL before ports are picked) are left out."""
+    locked: dict[str, str] = {}
+    if infra.api_url:
+        locked["rollout_server_url"] = infra.api_url
+    tokenizer = infra.tokenizer_name or base_model
+    if tokenizer:
+        locked["tokenizer_name"] = tokenizer
+    return locked
+
+
 def format_validation_error(exc: ValidationError) -> str:
     """One line per problem: ``field.path: message (got value)``."""
     parts = []

@@ -14,33 +14,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hermes_nb.protocol.auth import secret_from_env
 from hermes_nb.selection.discovery import DiscoveryError, EnvironmentInfo
-from hermes_nb.system import home, secrets
-
-REDACTED = "***"
+from hermes_nb.system.secrets import redact
 
 
-def redact(value: Any) -> Any:
-    """``value`` with every known key's value and every run secret this process knows replaced by ``***``
-    (strings inside dicts and lists too)."""
-    run_secret = secret_from_env()
-    hidden = [*home.secret_values(), *secrets.seen_secrets(), *([run_secret] if run_secret else [])]
-    if not hidden:
-        return value
-    return _redact(value, hidden)
-
-
-def _redact(value: Any, secrets: list[str]) -> Any:
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, REDACTED)
-        return value
-    if isinstance(value, dict):
-        return {_redact(k, secrets): _redact(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_redact(v, secrets) for v in value]
-    return value
+def format_duration(seconds: float | None) -> str:
+    """A duration as every result, widget and progress line shows it: ``2m05s``, ``1h02m03s``; ``–`` unknown."""
+    if seconds is None:
+        return "–"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
 def html_table(headers: list[str], rows: list[list[Any]]) -> str:

@@ -43,6 +43,7 @@ from typing import Any
 
 from hermes_nb.atropos.metrics_map import EnvMetricsSink
 from hermes_nb.protocol.auth import api_secret_from_env, bearer_headers, secret_from_env
+from hermes_nb.protocol.redaction import without_secrets
 
 logger = logging.getLogger("hermes_nb.atropos.bridge")
 
@@ -253,20 +254,10 @@ def hide_secret_from_wandb() -> None:
 
     def init(*args: Any, **kwargs: Any) -> Any:
         if "config" in kwargs:
-            kwargs["config"] = _without(kwargs["config"], secret)
+            kwargs["config"] = without_secrets(kwargs["config"], [secret])
         return original(*args, **kwargs)
 
     wandb.init = init
-
-
-def _without(value: Any, secret: str) -> Any:
-    if isinstance(value, str):
-        return value.replace(secret, "***")
-    if isinstance(value, dict):
-        return {k: _without(v, secret) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_without(v, secret) for v in value]
-    return value
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:

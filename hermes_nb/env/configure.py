@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from hermes_nb.config import RunConfig, format_validation_error
+from hermes_nb.config import RunConfig, format_validation_error, locked_env_values
 from hermes_nb.env.config import APIServerConfig, BaseEnvConfig
 from hermes_nb.errors import ConfigError
 from hermes_nb.protocol.auth import SECRET_ENV
@@ -24,23 +24,13 @@ if TYPE_CHECKING:
 def build_env_config(env_cls: type[BaseEnv], run_config: RunConfig) -> tuple[BaseEnvConfig, list[APIServerConfig]]:
     """Defaults < ``run_config.env`` < locked infrastructure, validated by ``env_cls.env_config_cls``."""
     defaults, server_configs = env_cls.config_init()
-    values = {**defaults.model_dump(), **run_config.env, **_locked_values(run_config)}
+    locked = locked_env_values(run_config.infra, run_config.trainer.base_model)
+    values = {**defaults.model_dump(), **run_config.env, **locked}
     try:
         config = env_cls.env_config_cls.model_validate(values)
     except ValidationError as exc:
         raise ConfigError(f"env config of {env_cls.__name__}: {format_validation_error(exc)}") from None
     return config, _server_configs(server_configs, run_config)
-
-
-def _locked_values(run_config: RunConfig) -> dict[str, str]:
-    infra = run_config.infra
-    locked: dict[str, str] = {}
-    if infra.api_url:
-        locked["rollout_server_url"] = infra.api_url
-    tokenizer = infra.tokenizer_name or run_config.trainer.base_model
-    if tokenizer:
-        locked["tokenizer_name"] = tokenizer
-    return locked
 
 
 def _server_configs(server_configs: list[APIServerConfig], run_config: RunConfig) -> list[APIServerConfig]:

@@ -34,7 +34,7 @@ from hermes_nb.env.types import Item
 from hermes_nb.metrics.logger import MetricsLogger, WandbRunSettings, resolve_wandb_mode
 from hermes_nb.protocol.metrics import ENV_QUEUE_SIZE, EVAL_SECONDS
 from hermes_nb.protocol.run_layout import ENV_METRICS_FILE
-from hermes_nb.protocol.trajectory import RegisterEnv, RegisterEnvResponse, ScoredDataGroup
+from hermes_nb.protocol.trajectory import RegisterEnv, RegisterEnvResponse, ScoredDataGroup, scores_carry_signal
 
 if TYPE_CHECKING:
     # Annotations only: BaseEnv.cli() reaches this module, so a runtime import would be a cycle.
@@ -421,11 +421,11 @@ class _Manager:
                 "the inference server answered with text only (no token ids): such groups are for "
                 "rl_test_inference, a training run needs a server that returns the sampled token ids"
             )
-        if self.config.ensure_scores_are_not_same and len(set(group.scores)) <= 1:
+        if self.config.ensure_scores_are_not_same and not scores_carry_signal(group.scores):
             return None
-        longest = max(len(tokens) for tokens in group.tokens)
-        if longest > self.max_token_len:
-            logger.warning("skipping a group: a sequence has %d tokens, the trainer takes %d", longest,
+        overlong = group.overlong_sequence(self.max_token_len)
+        if overlong is not None:
+            logger.warning("skipping a group: a sequence has %d tokens, the trainer takes %d", overlong[1],
                            self.max_token_len)  # fmt: skip
             return None
         return group

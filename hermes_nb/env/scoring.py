@@ -12,7 +12,14 @@ from dataclasses import dataclass
 
 from hermes_nb.env.types import SampledCompletion
 from hermes_nb.protocol.inference import ChatMessage
-from hermes_nb.protocol.trajectory import CORRECT_OVERRIDE, MASK_IGNORE, PROMPT_LOGPROB, Message, ScoredDataGroup
+from hermes_nb.protocol.trajectory import (
+    CORRECT_OVERRIDE,
+    MASK_IGNORE,
+    PROMPT_LOGPROB,
+    Message,
+    ScoredDataGroup,
+    scores_carry_signal,
+)
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ def build_scored_group(
         raise ValueError(f"scores: got {len(scores)} for {len(completions)} completions; they must match")
     if correct is not None and len(correct) != len(completions):
         raise ValueError(f"correct: got {len(correct)} for {len(completions)} completions; they must match")
-    if ensure_scores_are_not_same and len(set(scores)) <= 1:
+    if ensure_scores_are_not_same and not scores_carry_signal([float(s) for s in scores]):
         return None
     members = [c if isinstance(c, TrainedSequence) else TrainedSequence.from_completion(c) for c in completions]
     logprobs_G = [m.logprobs_T for m in members]

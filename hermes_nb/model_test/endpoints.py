@@ -29,6 +29,7 @@ import httpx
 from hermes_nb.errors import HermesNBError
 from hermes_nb.model_test.settings import EndpointSettings, EndpointStats
 from hermes_nb.protocol.inference import FinishReason, SamplingParams, ToolCall
+from hermes_nb.protocol.redaction import REDACTED
 
 # A 429 without Retry-After waits this long, doubling for each further 429 of the same request.
 FIRST_BACKOFF_S = 1.0
@@ -36,7 +37,6 @@ FIRST_BACKOFF_S = 1.0
 MAX_RATE_LIMITED = 8
 # Provider text passed on (an error's detail) is cut to this many characters.
 DETAIL_CHARS = 300
-REDACTED = "***"
 
 Api = Literal["completions", "chat"]
 Sleep = Callable[[float], Awaitable[None]]

@@ -25,6 +25,7 @@ from hermes_nb.metrics.reader import read_metrics
 from hermes_nb.notebook.headless import CellProgress
 from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.results import format_duration
 from hermes_nb.runs.registry import known_run_ids
 from hermes_nb.runs.state import RunStateUnreadable, read_run_state
 from hermes_nb.runs.status import eta_seconds, latest_metrics
@@ -55,7 +56,7 @@ class RunProgress(BaseModel):
         parts = [] if self.eval_percent_correct is None else [f"held-out {100 * self.eval_percent_correct:.1f}%"]
         if self.status != "running":
             return [*parts, self.status]
-        return parts if self.eta_seconds is None else [*parts, f"ETA {tqdm.format_interval(self.eta_seconds)}"]
+        return parts if self.eta_seconds is None else [*parts, f"ETA {format_duration(self.eta_seconds)}"]
 
     def line(self) -> str:
         return ", ".join([f"run {self.run_id}: step {self.step}/{self.total_steps}", *self.details()])

@@ -24,6 +24,8 @@ import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from hermes_nb.protocol.redaction import REDACTED
+
 # The run's secret: the run's servers (trajectory API, inference server) require it when it is set, and clients
 # of the run's own inference server send it.
 SECRET_ENV = "HERMES_NB_RUN_SECRET"
@@ -133,7 +135,7 @@ def require_run_secret(app: Any, secret: str | None = None) -> None:
 
 
 class HideSecret(logging.Filter):
-    """Replaces ``secret`` with ``***`` in a log record's arguments (uvicorn's access lines carry the path)."""
+    """Replaces ``secret`` with ``REDACTED`` in a log record's arguments (uvicorn's access lines carry the path)."""
 
     def __init__(self, secret: str) -> None:
         super().__init__()
@@ -141,5 +143,5 @@ class HideSecret(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
-            record.args = tuple(a.replace(self._secret, "***") if isinstance(a, str) else a for a in record.args)
+            record.args = tuple(a.replace(self._secret, REDACTED) if isinstance(a, str) else a for a in record.args)
         return True

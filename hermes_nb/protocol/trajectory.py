@@ -35,6 +35,13 @@ MAX_ABS_SCORE = 1e100
 MAX_TOKEN_ID = 2**31 - 1
 
 
+def scores_carry_signal(scores_G: list[float]) -> bool:
+    """Whether a group's scores tell its members apart. Equal scores give every member the same (zero)
+    group-normalised advantage, so such a group says nothing about which completion was better and moves no
+    weight: environments may skip it, the trainer gives it zero advantages and replay leaves it out."""
+    return len(set(scores_G)) > 1
+
+
 def score_is_correct(score: float) -> bool:
     """The verdict on a completion whose environment stated none (e.g. one written against atroposlib): full
     marks, ``score >= FULL_SCORE``. Also ``BaseEnv.is_correct``'s default, so both sides judge alike."""
@@ -134,6 +141,14 @@ class ScoredDataGroup(BaseModel):
     def is_test_only(self) -> bool:
         """Whether this group was built from re-tokenized text (``TEST_ONLY_OVERRIDE``): never trained on."""
         return bool(self.group_overrides and self.group_overrides.get(TEST_ONLY_OVERRIDE) is True)
+
+    def overlong_sequence(self, max_token_len: int) -> tuple[int, int] | None:
+        """``(index, length)`` of the first sequence longer than ``max_token_len``, the trainer's limit; None when
+        every sequence fits. The environment skips such a group and the trajectory API refuses it."""
+        for index, tokens_T in enumerate(self.tokens):
+            if len(tokens_T) > max_token_len:
+                return index, len(tokens_T)
+        return None
 
     def as_test_only(self) -> ScoredDataGroup:
         """This group marked test-only (a copy; other group overrides are kept)."""

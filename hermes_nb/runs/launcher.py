@@ -12,8 +12,9 @@ from pathlib import Path
 
 from hermes_nb.atropos.interpreter import configured_python, env_python
 from hermes_nb.atropos.sizes import check_startable
-from hermes_nb.config import RunConfig, base_model_dir
+from hermes_nb.config import RunConfig, base_model_dir, locked_env_values
 from hermes_nb.errors import ConfigError, LaunchError, NoEnvironmentSelectedError
+from hermes_nb.protocol.redaction import without_secrets
 from hermes_nb.protocol.run_layout import RunPaths
 from hermes_nb.runs.external_api import unusable_reason
 from hermes_nb.runs.ids import new_run_id
@@ -84,7 +85,7 @@ def resolve_infrastructure(config: RunConfig, run_id: str, paths: RunPaths) -> R
             "env_python": _env_python(config),
         }
     )
-    env = {**config.env, "tokenizer_name": base_model}
+    env = {**config.env, **locked_env_values(infra, base_model)}
     wandb = config.wandb.model_copy(update={"run_name": wandb_run_name(config, run_id)})
     return config.model_copy(update={"infra": infra, "env": env, "wandb": wandb})
 
@@ -98,9 +99,7 @@ def _env_python(config: RunConfig) -> str | None:
 
 def save_redacted(config: RunConfig, path: Path) -> None:
     """Write config.yaml with any key value that slipped into a field replaced, so no secret lands on disk."""
-    text = config.to_yaml()
-    for secret in home.secret_values():
-        text = text.replace(secret, "<redacted>")
+    text = without_secrets(config.to_yaml(), home.secret_values())
     tmp = path.with_suffix(".yaml.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

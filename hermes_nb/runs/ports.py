@@ -6,7 +6,7 @@ The launcher picks both ports free; another process can still take one before th
 
 from __future__ import annotations
 
-from hermes_nb.config import RunConfig
+from hermes_nb.config import RunConfig, locked_env_values
 from hermes_nb.system.net import LOOPBACK, free_port
 
 # The process of the run that binds each port (the trainer serves inference in its own process).
@@ -37,5 +37,5 @@ def with_ports(config: RunConfig, api_port: int, inference_port: int) -> RunConf
             "inference_port": inference_port,
         }
     )
-    env = {**config.env, "rollout_server_url": api_url}
+    env = {**config.env, **locked_env_values(infra, config.trainer.base_model)}
     return config.model_copy(update={"infra": infra, "env": env})

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from hermes_nb.protocol.checkpoints import CheckpointRecord
 from hermes_nb.protocol.tinker import TinkerRunInfo
-from hermes_nb.results import Result, html_table
+from hermes_nb.results import Result, format_duration, html_table
 from hermes_nb.runs.damage import Damage
 from hermes_nb.runs.state import TERMINAL_STATUSES
 
@@ -55,14 +55,6 @@ def _damage_html(damaged: list[Damage]) -> str:
         return ""
     items = "".join(f"<li>{html.escape(str(damage))}</li>" for damage in damaged)
     return f"<div style='color:#a50'><b>damaged:</b><ul>{items}</ul></div>"
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
 class StartResult(Result):
@@ -160,8 +152,8 @@ class RunStatus(Result):
         m = self.metrics
         lines = [
             f"Run {self.run_id} ({self.environment}): {self.status}",
-            f"  step {self.step}/{self.total_steps}, running {_duration(self.running_seconds)}, "
-            f"ETA {_duration(self.eta_seconds)}",
+            f"  step {self.step}/{self.total_steps}, running {format_duration(self.running_seconds)}, "
+            f"ETA {format_duration(self.eta_seconds)}",
             f"  reward {_fmt(m.reward_mean)}, correct {_fmt(m.percent_correct, True)}, "
             f"eval {_fmt(m.eval_percent_correct, True)}, loss {_fmt(m.loss)}",
         ]
@@ -189,8 +181,8 @@ class RunStatus(Result):
         head = f"<b>Run {self.run_id}</b> ({self.environment}): <b>{self.status}</b>"
         rows = [
             ["step", f"{self.step}/{self.total_steps}"],
-            ["running", _duration(self.running_seconds)],
-            ["ETA", _duration(self.eta_seconds)],
+            ["running", format_duration(self.running_seconds)],
+            ["ETA", format_duration(self.eta_seconds)],
             ["reward mean", _fmt(m.reward_mean)],
             ["percent correct", _fmt(m.percent_correct, True)],
             ["eval percent correct", _fmt(m.eval_percent_correct, True)],

@@ -11,8 +11,11 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from hermes_nb.errors import HermesNBError
+from hermes_nb.protocol.auth import secret_from_env
+from hermes_nb.protocol.redaction import without_secrets
 from hermes_nb.protocol.run_layout import RUN_SECRET_FILE
 from hermes_nb.system import home
 
@@ -72,3 +75,10 @@ def read_run_secret(run_dir: Path) -> str | None:
 def seen_secrets() -> list[str]:
     """Every run secret this process has made or read, for redaction."""
     return sorted(_seen)
+
+
+def redact(value: Any) -> Any:
+    """``value`` with every known key's value and every run secret this process knows hidden (strings inside
+    dicts and lists too): what every result, error text and saved config passes through before it is shown."""
+    run_secret = secret_from_env()
+    return without_secrets(value, [*home.secret_values(), *seen_secrets(), *([run_secret] if run_secret else [])])

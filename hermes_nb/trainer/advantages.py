@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
+from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup, scores_carry_signal
 from hermes_nb.trainer.types import Datum
 
 # Keeps the division finite for a group with a tiny spread; small enough not to shrink real differences.
@@ -23,10 +23,10 @@ ZERO_OVERRIDE = "set_advantage_to_zero"
 
 def normalized_scores(scores_G: list[float], eps: float = ADVANTAGE_EPS) -> list[float]:
     """``(s - mean) / (std + eps)`` per member; all zeros when the scores are all equal."""
+    if not scores_carry_signal(scores_G):
+        return [0.0] * len(scores_G)
     mean = sum(scores_G) / len(scores_G)
     std = math.sqrt(sum((s - mean) ** 2 for s in scores_G) / len(scores_G))
-    if std == 0.0:
-        return [0.0] * len(scores_G)
     return [(s - mean) / (std + eps) for s in scores_G]
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import TransferError
 from hermes_nb.protocol.metrics import TRAIN_REPLAY_FRACTION
-from hermes_nb.protocol.trajectory import ScoredDataGroup
+from hermes_nb.protocol.trajectory import ScoredDataGroup, scores_carry_signal
 from hermes_nb.trainer.advantages import ZERO_OVERRIDE
 from hermes_nb.trainer.checkpoints import read_trajectories
 from hermes_nb.trainer.loop import BatchSource
@@ -48,7 +48,7 @@ def as_on_policy(group: ScoredDataGroup) -> ScoredDataGroup:
 def carries_signal(group: ScoredDataGroup) -> bool:
     if group.group_overrides and group.group_overrides.get(ZERO_OVERRIDE):
         return False
-    return len(set(group.scores)) > 1
+    return scores_carry_signal(group.scores)
 
 
 def read_replay_groups(path: Path) -> list[ScoredDataGroup]:

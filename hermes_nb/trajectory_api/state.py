@@ -382,11 +382,12 @@ class TrajectoryState:
         vocab_size = self.registration.vocab_size if self.registration else None
         if (problem := malformed_reason(group, vocab_size)) is not None:
             raise RequestRejected(422, f"{prefix}{problem}")
-        for i, seq in enumerate(group.tokens):
-            if max_len is not None and len(seq) > max_len:
-                raise RequestRejected(
-                    422, f"{prefix}tokens[{i}]: {len(seq)} tokens, longer than the trainer's max_token_len {max_len}"
-                )
+        overlong = group.overlong_sequence(max_len) if max_len is not None else None
+        if overlong is not None:
+            index, length = overlong
+            raise RequestRejected(
+                422, f"{prefix}tokens[{index}]: {length} tokens, longer than the trainer's max_token_len {max_len}"
+            )
         env = self._env(group.env_id)
         if env is not None and group.group_size > env.group_size:
             raise RequestRejected(

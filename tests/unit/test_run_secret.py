@@ -21,11 +21,11 @@ import yaml
 
 from hermes_nb.protocol.auth import SECRET_ENV, capability_url
 from hermes_nb.protocol.run_layout import ATROPOS_SERVE_FILE, RUN_SECRET_FILE, RunPaths
-from hermes_nb.results import redact
 from hermes_nb.system import home
 from hermes_nb.system import secrets as run_secrets
 from hermes_nb.system.net import LOOPBACK, free_port
 from hermes_nb.system.processes import spawn_group
+from hermes_nb.system.secrets import redact
 from hermes_nb.trajectory_api.client import SyncTrajectoryClient, TrajectoryAPIError
 
 torch.set_num_threads(1)

@@ -87,7 +87,7 @@ def test_a_run_line_names_step_total_held_out_accuracy_and_eta_while_running() -
     run = RunProgress(run_id=RUN_ID, status="running", step=40, total_steps=100, eval_percent_correct=0.25)
 
     assert (
-        run.model_copy(update={"eta_seconds": 130.0}).line() == f"run {RUN_ID}: step 40/100, held-out 25.0%, ETA 02:10"
+        run.model_copy(update={"eta_seconds": 130.0}).line() == f"run {RUN_ID}: step 40/100, held-out 25.0%, ETA 2m10s"
     )
     assert (
         run.model_copy(update={"status": "completed"}).line() == f"run {RUN_ID}: step 40/100, held-out 25.0%, completed"
@@ -141,7 +141,7 @@ def test_a_terminal_gets_bars_with_the_cells_and_the_runs_step_accuracy_and_eta(
 
     shown = stream.getvalue()
     assert "cells 2/5" in shown and "%rl_watch --wait" in shown
-    assert "step 40/100" in shown and "held-out 25.0%" in shown and "ETA 02:10" in shown
+    assert "step 40/100" in shown and "held-out 25.0%" in shown and "ETA 2m10s" in shown
 
 
 def test_a_terminal_that_reports_no_size_still_gets_its_bars(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -362,7 +362,7 @@ def test_a_widget_as_a_cells_value_shows_as_its_widget(make: Any) -> None:
 def test_format_eta() -> None:
     assert format_eta(None) == "ETA –"
     assert format_eta(75) == "ETA 1m15s"
-    assert format_eta(3 * 3600 + 120) == "ETA 3h02m"
+    assert format_eta(3 * 3600 + 120) == "ETA 3h02m00s"
 
 
 # ---------------------------------------------------------------- dashboard

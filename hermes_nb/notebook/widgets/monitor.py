@@ -17,6 +17,7 @@ from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook import kernel_runs
 from hermes_nb.notebook.refresher import Refresher
 from hermes_nb.notebook.widgets.log_view import log_html, tail_lines
+from hermes_nb.results import format_duration
 from hermes_nb.runs.reports import RunStatus, StartResult
 from hermes_nb.syncio import run_sync
 
@@ -29,11 +30,7 @@ StatusCallback = Callable[[RunStatus], None]
 
 
 def format_eta(seconds: float | None) -> str:
-    if seconds is None:
-        return "ETA –"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"ETA {hours}h{minutes:02d}m" if hours else f"ETA {minutes}m{secs:02d}s"
+    return f"ETA {format_duration(seconds)}"
 
 
 class RunMonitor:
