@@ -1,7 +1,7 @@
 """CPU time per training step of each process of a quickstart run: the load-robust way to compare two trees.
 
     .venv/bin/python bench/process_cpu.py [--first 100] [--last 500]
-    (cd /tmp/before && PYTHONPATH=/tmp/before /work/main/.venv/bin/python /work/main/bench/process_cpu.py --tree .)
+    PYTHONPATH=OLD_TREE .venv/bin/python bench/process_cpu.py --tree OLD_TREE   # an older checkout, same script
 
 Wall time per step on a shared machine moves by tens of percent from run to run; the CPU seconds each process
 spends per step move much less, and say which process a difference comes from. The run is the quickstart config
