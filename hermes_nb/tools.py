@@ -15,7 +15,8 @@ from typing import Any, ParamSpec
 
 from hermes_nb import api
 from hermes_nb.errors import HermesNBError
-from hermes_nb.results import Result, redact
+from hermes_nb.results import Result
+from hermes_nb.system.secrets import redact
 
 P = ParamSpec("P")
 
