@@ -78,7 +78,7 @@ def cycle():
 
 def run_leftovers(run_id: str) -> tuple[list[str], list[int]]:
     """The processes of a stopped run still alive, and its ports still listened on (by anyone)."""
-    from hermes_nb.runs.state import read_run_state
+    from hermes_nb.protocol.run_state import read_run_state
     from hermes_nb.system import home
     from hermes_nb.system.processes import is_same_process_alive
 

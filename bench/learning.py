@@ -115,13 +115,13 @@ def one_run(bench: LearningBench, seed: int, budget: float, config: Path, overri
         rl_start_training,
         rl_stop_training,
     )
-    from hermes_nb.protocol.run_layout import RunPaths
+    from hermes_nb.system.home import run_paths
 
     asyncio.run(rl_select_environment(bench.environment))
     asyncio.run(rl_load_config(config))
     launched = time.time()
     started = asyncio.run(rl_start_training(**{"trainer.seed": seed, "env.seed": seed, **overrides}))
-    paths = RunPaths.for_run(started.run_id)
+    paths = run_paths(started.run_id)
     try:
         t0 = wait_for_budget(started.run_id, paths, budget, rl_check_status)
     finally:

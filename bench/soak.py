@@ -68,9 +68,9 @@ class Soak:
 
 def take_sample(run_id: str, started: float) -> Sample:
     from hermes_nb.api import rl_check_status
-    from hermes_nb.protocol.run_layout import RunPaths
+    from hermes_nb.system.home import run_paths
 
-    paths = RunPaths.for_run(run_id)
+    paths = run_paths(run_id)
     rss: dict[str, float] = {}
     fds: dict[str, int] = {}
     for label, process in run_processes(paths.run_dir).items():
@@ -91,7 +91,7 @@ def _size(path: Path) -> int:
 def soak(args: argparse.Namespace) -> Soak:
     from hermes_nb.api import rl_load_config, rl_select_environment, rl_start_training, rl_stop_training
     from hermes_nb.protocol.checkpoints import read_checkpoints
-    from hermes_nb.protocol.run_layout import RunPaths
+    from hermes_nb.system.home import run_paths
 
     asyncio.run(rl_select_environment("arithmetic"))
     asyncio.run(rl_load_config(REPO / "configs" / "quick_test.yaml"))
@@ -109,7 +109,7 @@ def soak(args: argparse.Namespace) -> Soak:
         time.sleep(max(0.0, min(args.sample_seconds, deadline - time.monotonic())))
     result.samples.append(take_sample(result.run_id, started))
     result.stopped_status = asyncio.run(rl_stop_training(result.run_id)).status
-    result.checkpoints = len(read_checkpoints(RunPaths.for_run(result.run_id).checkpoints_index))
+    result.checkpoints = len(read_checkpoints(run_paths(result.run_id).checkpoints_index))
     return result
 
 

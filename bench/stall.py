@@ -61,7 +61,7 @@ def run(coro: Any) -> Any:
 
 def api_health(run_id: str) -> dict[str, Any]:
     from hermes_nb.protocol.auth import bearer_headers
-    from hermes_nb.runs.state import read_run_state
+    from hermes_nb.protocol.run_state import read_run_state
     from hermes_nb.system import home
     from hermes_nb.system.secrets import read_run_secret
 
@@ -96,7 +96,7 @@ def sample(run_id: str, api: psutil.Process, stall: Stall, seconds: float) -> No
 def bench(args: argparse.Namespace) -> tuple[Stall, float, str]:
     """(the stall's samples, seconds from SIGCONT to the run's completion, the run id)."""
     from hermes_nb.api import rl_select_environment, rl_start_training
-    from hermes_nb.runs.state import read_run_state
+    from hermes_nb.protocol.run_state import read_run_state
     from hermes_nb.system import home
 
     run(rl_select_environment("firehose"))
@@ -169,10 +169,10 @@ def main() -> None:
         os.environ["HERMES_NB_HOME"] = tmp
         os.environ["HERMES_NB_ENV_PATH"] = str(FIXTURES)
         os.environ.setdefault("WANDB_MODE", "disabled")
-        from hermes_nb.protocol.run_layout import RunPaths
+        from hermes_nb.system.home import run_paths
 
         stall, completed_s, run_id = bench(args)
-        refusals = RunPaths.for_run(run_id).logs["api"].read_text().count("-> 503:")
+        refusals = run_paths(run_id).logs["api"].read_text().count("-> 503:")
     lines = report_lines(args, stall, completed_s, refusals)
     print("\n".join(lines))
     if not args.no_report:

@@ -38,14 +38,14 @@ def one_start() -> tuple[float, float]:
         rl_start_training,
         rl_stop_training,
     )
-    from hermes_nb.protocol.run_layout import RunPaths
+    from hermes_nb.system.home import run_paths
 
     root = Path(__file__).resolve().parent.parent
     asyncio.run(rl_select_environment("arithmetic"))
     asyncio.run(rl_load_config(root / "configs" / "quick_test.yaml"))
     started = time.perf_counter()
     result = asyncio.run(rl_start_training(total_steps=50))
-    metrics = RunPaths.for_run(result.run_id).metrics
+    metrics = run_paths(result.run_id).metrics
     running_at = None
     while True:
         if running_at is None and asyncio.run(rl_check_status(result.run_id)).status == "running":

@@ -55,7 +55,7 @@ def advantages(scores: list[float]) -> list[float]:
 
 def plain_step(tinker: Any, training: Any, sampler: Any, tokenizer: Any, rng: random.Random) -> Any:
     """One step of the plain loop; returns the sampler of the new weights."""
-    from hermes_nb.trainer.tinker_datums import to_tinker
+    from hermes_nb.tinker.datums import to_tinker
     from hermes_nb.trainer.types import Datum
 
     params = tinker.SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0, stop=[tokenizer.eos_token_id])
@@ -115,7 +115,7 @@ def plain_loop(url: str, base_model: str, steps: int, seed: int) -> list[float]:
 def hermes_run(url: str, steps: int) -> tuple[list[float], float]:
     """(seconds of each step, from metrics.jsonl's times; seconds from rl_start_training() to the first step)."""
     from hermes_nb.api import rl_check_status, rl_edit_config, rl_load_config, rl_select_environment, rl_start_training
-    from hermes_nb.protocol.run_layout import RunPaths
+    from hermes_nb.system.home import run_paths
 
     asyncio.run(rl_select_environment("arithmetic"))
     asyncio.run(rl_load_config(ROOT / "configs" / "quick_test.yaml"))
@@ -125,7 +125,7 @@ def hermes_run(url: str, steps: int) -> tuple[list[float], float]:
     asyncio.run(rl_edit_config(edits))
     started = time.perf_counter()
     result = asyncio.run(rl_start_training(total_steps=steps))
-    metrics = RunPaths.for_run(result.run_id).metrics
+    metrics = run_paths(result.run_id).metrics
     first_step = None
     while not asyncio.run(rl_check_status(result.run_id)).is_terminal:
         if first_step is None and metrics.is_file() and metrics.stat().st_size > 0:

@@ -98,7 +98,7 @@ def run_hermes(seed: int, lr: float, eval_every: int, target: float, max_seconds
         rl_start_training,
         rl_stop_training,
     )
-    from hermes_nb.protocol.run_layout import RunPaths
+    from hermes_nb.system.home import run_paths
 
     asyncio.run(rl_select_environment("arithmetic"))
     asyncio.run(rl_load_config(QUICKSTART_BENCH.config))
@@ -118,7 +118,7 @@ def run_hermes(seed: int, lr: float, eval_every: int, target: float, max_seconds
         "trainer.save_checkpoint_interval": 0,
     }
     started = asyncio.run(rl_start_training(**overrides))
-    paths = RunPaths.for_run(started.run_id)
+    paths = run_paths(started.run_id)
     try:
         while True:
             time.sleep(0.5)

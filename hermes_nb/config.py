@@ -25,7 +25,7 @@ EMBEDDED_CHAT_MODEL = "embedded-chat"
 LossName = Literal["importance_sampling", "ppo"]
 BackendName = Literal["local", "tinker"]
 WandbMode = Literal["auto", "online", "offline", "disabled"]
-# What an environment is written against: hermes-nb's BaseEnv (run by ``python -m hermes_nb.env``) or
+# What an environment is written against: hermes-nb's BaseEnv (run by ``python -m hermes_nb.env_runtime``) or
 # atroposlib's (run as it is, by atroposlib's own ``serve`` CLI in the environment Python: ``hermes_nb.atropos``).
 EnvFramework = Literal["hermes_nb", "atroposlib"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hermes_nb.selection.discovery import DiscoveryError, EnvironmentInfo
+from hermes_nb.selection.discovery import DiscoveryProblem, EnvironmentInfo
 from hermes_nb.system.secrets import redact
 
 
@@ -71,7 +71,7 @@ class Result(BaseModel):
 
 class EnvironmentList(Result):
     environments: list[EnvironmentInfo] = Field(default_factory=list)
-    errors: list[DiscoveryError] = Field(default_factory=list)
+    errors: list[DiscoveryProblem] = Field(default_factory=list)
 
     def _dict(self) -> dict[str, Any]:
         return {

@@ -92,9 +92,9 @@ def problems(run_id: str, status: Any, args: argparse.Namespace) -> list[str]:
     """What is wrong with the ended run: its status, its device, its losses, its checkpoint."""
     from hermes_nb.metrics.reader import read_metrics_file
     from hermes_nb.protocol.metrics import TRAIN_LOSS
-    from hermes_nb.protocol.run_layout import RunPaths
+    from hermes_nb.system.home import run_paths
 
-    paths = RunPaths.for_run(run_id)
+    paths = run_paths(run_id)
     found = []
     if status.status != "completed":
         found.append(f"run ended {status.status}: {status.error}\n" + "\n".join(status.log_tail))
@@ -117,9 +117,9 @@ def problems(run_id: str, status: Any, args: argparse.Namespace) -> list[str]:
 def report(run_id: str) -> None:
     from hermes_nb.metrics.reader import read_metrics_file
     from hermes_nb.protocol.metrics import TRAIN_LOSS, TRAIN_STEP_SECONDS
-    from hermes_nb.protocol.run_layout import RunPaths
+    from hermes_nb.system.home import run_paths
 
-    rows = read_metrics_file(RunPaths.for_run(run_id).metrics).rows
+    rows = read_metrics_file(run_paths(run_id).metrics).rows
     # The first step includes warm-up (CUDA context, kernels' first launch): the median of the others.
     seconds = [row.values[TRAIN_STEP_SECONDS] for row in rows[1:] if TRAIN_STEP_SECONDS in row.values]
     median = statistics.median(seconds) if seconds else float("nan")

@@ -12,8 +12,10 @@ from typing import Any
 from hermes_nb.env.scoring import with_single_turn_messages
 from hermes_nb.env.types import SampledCompletion
 from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_state import RunState
 from hermes_nb.protocol.trajectory import CORRECT_OVERRIDE, MASK_IGNORE, ScoredDataGroup
-from hermes_nb.runs.state import RunState, write_run_state
+from hermes_nb.runs.state_file import write_run_state
+from hermes_nb.system.home import run_paths
 from hermes_nb.trainer.checkpoints import record_batch
 
 TOOL_RUN = "20260102-000000-toolcallsx"
@@ -63,7 +65,7 @@ def qa_group(prompt: str, answers: list[str], scores: list[float]) -> ScoredData
 
 
 def write_tool_run(run_id: str = TOOL_RUN) -> RunPaths:
-    paths = RunPaths.for_run(run_id)
+    paths = run_paths(run_id)
     paths.run_dir.mkdir(parents=True, exist_ok=True)
     state = {"run_id": run_id, "environment": "weather", "status": "completed", "created_at": T0, "total_steps": 2}
     write_run_state(paths.run_dir, RunState.model_validate({**state, "started_at": T0, "ended_at": T0 + 10}))

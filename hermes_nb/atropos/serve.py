@@ -30,10 +30,10 @@ import yaml
 
 from hermes_nb.atropos.interpreter import configured_python, env_python_environment
 from hermes_nb.config import RunConfig
-from hermes_nb.env.configure import openai_base_url
 from hermes_nb.errors import ConfigError
 from hermes_nb.metrics.logger import resolve_wandb_mode
 from hermes_nb.protocol.auth import capability_url
+from hermes_nb.protocol.inference import openai_base_url
 from hermes_nb.protocol.run_layout import ATROPOS_SERVE_FILE, RunPaths
 from hermes_nb.system.secrets import write_private
 

@@ -31,11 +31,12 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from hermes_nb.config import BaseEnvConfig
 from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.chat_render import ChatRenderer, load_chat_renderer
-from hermes_nb.env.config import APIServerConfig, BaseEnvConfig
 from hermes_nb.env.episodes import Episode, ask_all
 from hermes_nb.env.scoring import with_episode_messages
+from hermes_nb.env.server_config import APIServerConfig
 from hermes_nb.env.splits import GeneratedItems
 from hermes_nb.env.types import QAItem
 from hermes_nb.errors import ConfigError

@@ -2,7 +2,7 @@
 
 An environment hands out items (``get_next_item``), turns one item into a scored group of ``group_size``
 completions (``collect_trajectories``), and reports held-out accuracy (``evaluate``). The runtime in
-``hermes_nb.env.runtime`` drives it: ``serve`` (talk to the trajectory API during a run), ``process`` (write
+``hermes_nb.env_runtime.loop`` drives it: ``serve`` (talk to the trajectory API during a run), ``process`` (write
 groups to a JSONL without an API, for inspection) and ``evaluate``.
 
 The scoring convention: reward ``1.0`` for a correct completion and ``0.0`` otherwise unless the task has
@@ -16,18 +16,26 @@ as from an environment written against atroposlib, is judged by its scores
 
 from __future__ import annotations
 
+import inspect
+import os
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hermes_nb.env.config import APIServerConfig, BaseEnvConfig
+from hermes_nb.config import BaseEnvConfig
 from hermes_nb.env.scoring import GroupMember, build_scored_group
+from hermes_nb.env.server_config import APIServerConfig
 from hermes_nb.env.types import Item
 from hermes_nb.protocol.metrics import TRAIN_PERCENT_CORRECT
 from hermes_nb.protocol.trajectory import ScoredDataGroup, score_is_correct
 
 if TYPE_CHECKING:
-    from hermes_nb.env.server import ServerManager
+    from hermes_nb.env.inference_client import ServerManager
+
+
+# The command an environment's ``cli()`` hands over to: its runtime, named as a process runs it, not imported.
+RUNTIME_MODULE = "hermes_nb.env_runtime"
 
 
 class BaseEnv(ABC):
@@ -47,7 +55,7 @@ class BaseEnv(ABC):
         slurm: bool = False,
         testing: bool = False,
     ) -> None:
-        from hermes_nb.env.server import ServerManager
+        from hermes_nb.env.inference_client import ServerManager
 
         self.config = config
         self.server_configs = list(server_configs or [APIServerConfig()])
@@ -122,7 +130,15 @@ class BaseEnv(ABC):
 
     @classmethod
     def cli(cls) -> None:
-        """Command line for this environment: ``serve``, ``process`` and ``evaluate`` subcommands."""
-        from hermes_nb.env.cli import main_for_class
+        """Command line for this environment (``python my_env.py serve --config run.yaml``): the ``serve``,
+        ``process`` and ``evaluate`` subcommands of ``python -m hermes_nb.env_runtime``, given this class's file.
 
-        raise SystemExit(main_for_class(cls))
+        The process becomes that command (``os.execv``, same pid): the environment's runtime sits above this
+        contract, which never imports it; the class is loaded from its file again, as a run loads it."""
+        source = inspect.getsourcefile(cls)
+        if source is None:
+            raise SystemExit(f"{cls.__name__}.cli(): the class has no source file to hand to {RUNTIME_MODULE}")
+        argv = sys.argv[1:]
+        # The subcommand first, then the environment file it runs: ``serve FILE:CLASS --config ...``.
+        handed = [*argv[:1], f"{source}:{cls.__name__}", *argv[1:]] if argv and not argv[0].startswith("-") else argv
+        os.execv(sys.executable, [sys.executable, "-m", RUNTIME_MODULE, *handed])

@@ -38,7 +38,7 @@ from hermes_nb.protocol.trajectory import MASK_IGNORE, PROMPT_LOGPROB
 if TYPE_CHECKING:
     # The client module imports httpx: the functions that need its errors import it when they run, so that
     # ``import hermes_nb.env`` stays light (environment files import it to be listed).
-    from hermes_nb.env.server import InferenceRequestRefused, ServerManager
+    from hermes_nb.env.inference_client import InferenceRequestRefused, ServerManager
 
 # Characters of each side shown when a template turns out not to be prefix-stable.
 DIFF_CONTEXT_CHARS = 40
@@ -274,7 +274,7 @@ async def ask_all(
 
 
 async def _ask_together(members: list[Episode], max_tokens: int, temperature: float, top_p: float) -> None:
-    from hermes_nb.env.server import InferenceRequestRefused
+    from hermes_nb.env.inference_client import InferenceRequestRefused
 
     first = members[0]
     settings = TurnSettings(first._turn_tokens(max_tokens), temperature, top_p)
@@ -292,7 +292,7 @@ async def _ask_together(members: list[Episode], max_tokens: int, temperature: fl
 
 async def _ask_by_chat(members: list[Episode], refused: InferenceRequestRefused | None, settings: TurnSettings) -> None:
     """The turn through ``/v1/chat/completions``, for an endpoint that takes no token-id prompt."""
-    from hermes_nb.env.server import InferenceError
+    from hermes_nb.env.inference_client import InferenceError
 
     first = members[0]
     response = await first.server.chat_completion(first.messages, tools=first.tools or None, n=len(members),

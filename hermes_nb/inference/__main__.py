@@ -79,8 +79,8 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> int:
 
     from hermes_nb.inference.engine import InferenceEngine
     from hermes_nb.inference.server import InferenceServer
-    from hermes_nb.inference.tinker_engine import TinkerEngine, checkpoint_policy
     from hermes_nb.protocol.tinker import read_checkpoint
+    from hermes_nb.tinker.engine import TinkerEngine, checkpoint_policy
 
     if args.threads:
         torch.set_num_threads(args.threads)

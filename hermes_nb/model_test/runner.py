@@ -1,7 +1,7 @@
 """``await rl_test_inference(num_steps, group_size, models)``: does the selected environment work, and how well
 does each model do on it, before a run is spent?
 
-Per model, the environment runs in ``process`` mode in a CHILD process (``python -m hermes_nb.env process``), so
+Per model, the environment runs in ``process`` mode in a CHILD process (``python -m hermes_nb.env_runtime process``), so
 a broken environment cannot take the caller down; a local model is served by a temporary inference server
 (``hermes_nb.inference.local``) that is stopped afterwards whatever happens. Models are tested concurrently.
 Every failure (a broken environment, an unreachable endpoint, a server that would not start, a timeout) becomes
@@ -30,11 +30,10 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from hermes_nb.atropos.interpreter import env_python
-from hermes_nb.config import RunConfig
-from hermes_nb.env.config import BaseEnvConfig
+from hermes_nb.config import BaseEnvConfig, RunConfig
 from hermes_nb.errors import HermesNBError
 from hermes_nb.model_test.hosted import HostedModelsConfig, how_to_add_hosted_models, load_hosted_config
-from hermes_nb.model_test.report import (
+from hermes_nb.model_test.results import (
     InferenceTestResult,
     ModelTestResult,
     Outcome,
@@ -281,7 +280,15 @@ async def _probe(url: str) -> str | None:
 def _env_argv(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> list[str]:
     if _is_atroposlib(plan):
         return _atroposlib_argv(plan, target, url, files)
-    argv = [sys.executable, "-m", "hermes_nb.env", "process", plan.env_spec, "--num-groups", str(plan.num_steps)]
+    argv = [
+        sys.executable,
+        "-m",
+        "hermes_nb.env_runtime",
+        "process",
+        plan.env_spec,
+        "--num-groups",
+        str(plan.num_steps),
+    ]
     argv += ["--output", str(files.output), "--inference-url", url, "--config", str(plan.config_path)]
     if target.model_name:
         argv += ["--model-name", target.model_name]  # for its log: the gateway decides what the endpoint is sent
@@ -290,7 +297,7 @@ def _env_argv(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> list
 
 def _atroposlib_argv(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> list[str]:
     """atroposlib's own ``process`` command, through the bridge that writes the test's groups file."""
-    from hermes_nb.atropos.process import process_argv, process_settings
+    from hermes_nb.atropos.process_command import process_argv, process_settings
 
     group_size = int(plan.config.env["group_size"])
     atropos_groups = Path(f"{files.stem}.atropos.jsonl")  # atroposlib's own file, with its HTML page beside it
@@ -313,7 +320,7 @@ def _is_atroposlib(plan: _Plan) -> bool:
 def _child_environment(plan: _Plan) -> dict[str, str]:
     if not _is_atroposlib(plan):
         return child_environment()
-    from hermes_nb.atropos.process import process_environment
+    from hermes_nb.atropos.process_command import process_environment
 
     return process_environment(child_environment())
 

@@ -24,11 +24,11 @@ from tqdm import tqdm
 from hermes_nb.metrics.reader import read_metrics
 from hermes_nb.notebook.headless import CellProgress
 from hermes_nb.protocol.metrics import MetricsRow
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_state import RunStateUnreadable, read_run_state
 from hermes_nb.results import format_duration
 from hermes_nb.runs.registry import known_run_ids
-from hermes_nb.runs.state import RunStateUnreadable, read_run_state
 from hermes_nb.runs.status import eta_seconds, latest_metrics
+from hermes_nb.system.home import run_paths
 
 # The trainer logs a row about every 0.1 s: a read each second keeps the bar current, and reads only new lines.
 POLL_S = 1.0
@@ -67,7 +67,7 @@ class RunReader:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.paths = RunPaths.for_run(run_id)
+        self.paths = run_paths(run_id)
         self._rows: dict[Path, list[MetricsRow]] = {self.paths.metrics: [], self.paths.env_metrics: []}
         self._offsets: dict[Path, int] = dict.fromkeys(self._rows, 0)
 

@@ -20,10 +20,11 @@ from hermes_nb.protocol.metrics import (
     WANDB_STEP_KEY,
     MetricsRow,
 )
-from hermes_nb.protocol.run_layout import ENV_METRICS_FILE, RUN_STATE_FILE, TRAINER_METRICS_FILE, RunPaths
+from hermes_nb.protocol.run_layout import ENV_METRICS_FILE, RUN_STATE_FILE, TRAINER_METRICS_FILE
 from hermes_nb.runs.damage import Damage, file_damage, read_state
 from hermes_nb.runs.lineage import predecessor_rows
 from hermes_nb.system import home
+from hermes_nb.system.home import run_paths
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class RunFilesSource:
         if not (self.run_dir / RUN_STATE_FILE).is_file():
             return False  # not written yet: the run is still starting
         # A run.json that cannot be read is shown from the run's other files (hermes_nb.runs.damage).
-        return read_state(RunPaths.for_run(self.label))[0].is_terminal
+        return read_state(run_paths(self.label))[0].is_terminal
 
     def poll(self) -> list[MetricsRow]:
         earlier, self._earlier = self._earlier, {}
@@ -79,7 +80,7 @@ class RunFilesSource:
         """Once the run has ended, log (once) what is wrong with its files: the plot shows what could be read."""
         if self.damaged is not None or not (self.run_dir / RUN_STATE_FILE).is_file():
             return
-        paths = RunPaths.for_run(self.label)
+        paths = run_paths(self.label)
         state, damaged = read_state(paths)
         if not state.is_terminal:
             return

@@ -226,3 +226,9 @@ class HealthResponse(BaseModel):
     status: Literal["ok"] = "ok"
     model: str
     policy_version: int
+
+
+def openai_base_url(url: str) -> str:
+    """``http://host:port`` or ``http://host:port/v1`` -> ``http://host:port/v1``."""
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"

@@ -1,14 +1,14 @@
 """Where hermes-nb's files live: the names the supervisor, trainer, environment, kernel and CLI agree on.
 
 A run directory plus its log files are the whole record of a run, and the contract between its processes.
-``<home>`` and its ``runs/`` and ``logs/`` folders are found by ``hermes_nb.system.home``::
+Where ``<home>`` is, ``hermes_nb.system.home`` decides (this module takes it as given)::
 
     <home>/session.json                 the selected environment and config (kernels, scripts and the CLI)
     <home>/inference_tests/<time>/      the files of one rl_test_inference
     <home>/logs/<process>_<run_id>.log
     <home>/runs/<run_id>/
         secret                          the run's secret, mode 0600 (``hermes_nb.protocol.auth``)
-        run.json                        the run's state (``hermes_nb.runs.state``), written by the supervisor
+        run.json                        the run's state (``hermes_nb.protocol.run_state``), written by the supervisor
         config.yaml                     the resolved ``RunConfig`` every process of the run starts from
         metrics.jsonl                   the trainer's metric rows (``hermes_nb.protocol.metrics``)
         env_metrics.jsonl               the environment's metric rows
@@ -28,9 +28,9 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel
 
-from hermes_nb.system import home
-
 SESSION_FILE = "session.json"
+RUNS_DIR = "runs"
+LOGS_DIR = "logs"
 INFERENCE_TESTS_DIR = "inference_tests"
 
 RUN_STATE_FILE = "run.json"
@@ -81,8 +81,9 @@ class RunPaths(BaseModel):
     logs: dict[str, Path]
 
     @classmethod
-    def for_run(cls, run_id: str) -> RunPaths:
-        run_dir = home.run_dir(run_id)
+    def under(cls, home: Path, run_id: str) -> RunPaths:
+        """The paths of run ``run_id`` in the home folder ``home`` (``hermes_nb.system.home.run_paths`` finds it)."""
+        run_dir = home / RUNS_DIR / run_id
         return cls(
             run_id=run_id,
             run_dir=run_dir,
@@ -93,5 +94,5 @@ class RunPaths(BaseModel):
             checkpoints_dir=run_dir / CHECKPOINTS_DIR,
             checkpoints_index=run_dir / CHECKPOINTS_FILE,
             trajectories=run_dir / TRAJECTORIES_FILE,
-            logs={name: home.logs_dir() / log_file_name(name, run_id) for name in LOGGED_PROCESSES},
+            logs={name: home / LOGS_DIR / log_file_name(name, run_id) for name in LOGGED_PROCESSES},
         )

@@ -13,7 +13,7 @@ from hermes_nb.config import InfraConfig, RunConfig
 from hermes_nb.errors import NoEnvironmentSelectedError
 from hermes_nb.runs import history, launcher, status, stop, transfer
 from hermes_nb.runs.registry import resolve_run
-from hermes_nb.runs.reports import LogTail, RunList, RunResults, RunStatus, StartResult, StopResult
+from hermes_nb.runs.results import LogTail, RunList, RunResults, RunStatus, StartResult, StopResult
 from hermes_nb.selection import editing, session
 from hermes_nb.selection.discovery import EnvironmentInfo
 from hermes_nb.selection.schema import read_schema
@@ -87,7 +87,7 @@ async def rl_get_results(run_id: str | None = None, download: bool = False) -> R
     results = await asyncio.to_thread(history.get_results, run_id)
     if not download:
         return results
-    from hermes_nb.trainer.tinker_weights import download_in_child
+    from hermes_nb.tinker.weights import download_in_child
 
     weights = await asyncio.to_thread(download_in_child, resolve_run(results.run_id).run_dir)
     return results.model_copy(update={"final_weights_path": str(weights)})

@@ -27,8 +27,8 @@ from hermes_nb.errors import ConfigError
 from hermes_nb.metrics.reader import MetricsFileRead
 from hermes_nb.protocol.checkpoints import CheckpointIndex, read_checkpoint_index
 from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_state import ProcessRecord, RunState, RunStateUnreadable, read_run_state
 from hermes_nb.runs.reconcile import reconcile
-from hermes_nb.runs.state import ProcessRecord, RunState, RunStateUnreadable, read_run_state
 from hermes_nb.trainer.checkpoints import trajectories_tail
 
 # The supervisor's command line names its module and the run id (hermes_nb.runs.launcher.spawn_supervisor).

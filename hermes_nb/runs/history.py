@@ -13,8 +13,9 @@ from hermes_nb.protocol.run_layout import LOGGED_PROCESSES, RunPaths
 from hermes_nb.runs.damage import current_state, file_damage
 from hermes_nb.runs.lineage import predecessor_rows
 from hermes_nb.runs.registry import known_run_ids, resolve_run
-from hermes_nb.runs.reports import LogTail, RunList, RunResults, RunSummary
+from hermes_nb.runs.results import LogTail, RunList, RunResults, RunSummary
 from hermes_nb.runs.wandb_remote import TRAINER_RUN_FILE
+from hermes_nb.system.home import run_paths
 from hermes_nb.system.logtail import tail_lines
 
 # Metrics where higher is better; loss is the one where lower is.
@@ -35,7 +36,7 @@ def _last_step(paths: RunPaths) -> int:
 def list_runs() -> RunList:
     summaries = []
     for run_id in known_run_ids():
-        paths = RunPaths.for_run(run_id)
+        paths = run_paths(run_id)
         state, damaged = current_state(paths)
         summaries.append(
             RunSummary(

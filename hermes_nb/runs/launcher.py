@@ -14,16 +14,18 @@ from hermes_nb.atropos.interpreter import configured_python, env_python
 from hermes_nb.atropos.sizes import check_startable
 from hermes_nb.config import RunConfig, base_model_dir, locked_env_values
 from hermes_nb.errors import ConfigError, LaunchError, NoEnvironmentSelectedError
+from hermes_nb.metrics.wandb_names import wandb_run_name
 from hermes_nb.protocol.redaction import without_secrets
 from hermes_nb.protocol.run_layout import RunPaths
-from hermes_nb.runs.external_api import unusable_reason
+from hermes_nb.protocol.run_state import RunState
+from hermes_nb.runs.external_trajectory_api import unusable_reason
 from hermes_nb.runs.ids import new_run_id
 from hermes_nb.runs.ports import pick_ports, with_ports
-from hermes_nb.runs.state import RunState, write_run_state
+from hermes_nb.runs.state_file import write_run_state
 from hermes_nb.runs.transfer import resolve_transfer
-from hermes_nb.runs.wandb_names import wandb_run_name
 from hermes_nb.system import home, secrets
 from hermes_nb.system.devices import check_device
+from hermes_nb.system.home import run_paths
 from hermes_nb.system.processes import spawn_group
 from hermes_nb.trainer.backend import model_dir_for
 
@@ -42,7 +44,7 @@ def validate_for_start(config: RunConfig) -> None:
         model_dir_for(config.trainer.base_model)
         check_device(config.trainer.device)  # a CUDA device this machine lacks (imports torch only for cuda)
     if config.trainer.backend == "tinker":
-        from hermes_nb.trainer.tinker_preflight import check_before_start
+        from hermes_nb.tinker.preflight import check_before_start
 
         check_before_start(config)  # key, server, base model: refused here, before anything is created
     if config.environment.framework == "atroposlib":
@@ -59,7 +61,7 @@ def validate_atroposlib_environment(config: RunConfig) -> None:
 
 def validate_trajectory_api(config: RunConfig) -> None:
     """An external API (``trainer.external_api_url``) must answer and be able to serve this run's shape from its
-    start step (``hermes_nb.runs.external_api``), so a wrong URL fails here, before anything is created."""
+    start step (``hermes_nb.runs.external_trajectory_api``), so a wrong URL fails here, before anything is created."""
     trainer = config.trainer
     if not trainer.start_environment and trainer.external_api_url is None:
         raise ConfigError(
@@ -144,7 +146,7 @@ def start_run(config: RunConfig) -> tuple[RunConfig, RunState, RunPaths]:
     config = resolve_transfer(config, base_model_dir(config.trainer.base_model))
     validate_trajectory_api(config)  # after resolve_transfer: it sets the step the run starts from
     run_id = new_run_id()
-    paths = RunPaths.for_run(run_id)
+    paths = run_paths(run_id)
     # Private from here on (0700 folders, a 0600 secret): loopback and /tmp are shared with every local user.
     secrets.private_home()
     paths.run_dir.mkdir(mode=secrets.PRIVATE_DIR_MODE, exist_ok=False)

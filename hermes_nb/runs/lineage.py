@@ -11,9 +11,9 @@ from hermes_nb.config import RunConfig
 from hermes_nb.errors import ConfigError
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.protocol.metrics import MetricsRow
-from hermes_nb.protocol.run_layout import RunPaths
-from hermes_nb.runs.state import RunStateUnreadable, read_run_state
+from hermes_nb.protocol.run_state import RunStateUnreadable, read_run_state
 from hermes_nb.system import home
+from hermes_nb.system.home import run_paths
 
 # A chain longer than this is a cycle in damaged files, not a real history of resumes.
 MAX_CHAIN = 100
@@ -25,7 +25,7 @@ def predecessors(run_id: str) -> list[tuple[str, int]]:
     current = run_id
     while len(chain) < MAX_CHAIN:
         try:
-            paths = RunPaths.for_run(current)
+            paths = run_paths(current)
             previous = read_run_state(paths.run_dir).resumed_from
             start_step = RunConfig.load(paths.config).infra.start_step
         except (RunStateUnreadable, ConfigError):

@@ -6,8 +6,9 @@ import difflib
 
 from hermes_nb.errors import UnknownRunError
 from hermes_nb.protocol.run_layout import RUN_STATE_FILE, RunPaths
-from hermes_nb.runs.state import RunState, RunStateUnreadable, read_run_state
+from hermes_nb.protocol.run_state import RunState, RunStateUnreadable, read_run_state
 from hermes_nb.system import home
+from hermes_nb.system.home import run_paths
 
 
 def known_run_ids() -> list[str]:
@@ -30,9 +31,9 @@ def resolve_run(run_id: str | None) -> RunPaths:
     if run_id is None:
         if not ids:
             raise UnknownRunError("no runs yet: start one with rl_start_training()")
-        return RunPaths.for_run(ids[0])
+        return run_paths(ids[0])
     if run_id in ids:
-        return RunPaths.for_run(run_id)
+        return run_paths(run_id)
     if not ids:
         raise UnknownRunError(f"unknown run {run_id!r}: there are no runs yet")
     close = difflib.get_close_matches(run_id, ids, n=3, cutoff=0.5)

@@ -10,11 +10,11 @@ from hermes_nb.protocol.auth import capability_url
 from hermes_nb.protocol.checkpoints import read_checkpoint_index
 from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_layout import PROCESS_NAMES, RunPaths
+from hermes_nb.protocol.run_state import RunState
 from hermes_nb.protocol.tinker import read_run_info
 from hermes_nb.runs.damage import Damage, current_state, file_damage
 from hermes_nb.runs.registry import resolve_run
-from hermes_nb.runs.reports import LatestMetrics, ProcessStatus, RunStatus
-from hermes_nb.runs.state import RunState
+from hermes_nb.runs.results import LatestMetrics, ProcessStatus, RunStatus
 from hermes_nb.runs.wandb_remote import remote_summary
 from hermes_nb.system import processes
 from hermes_nb.system.logtail import tail_lines

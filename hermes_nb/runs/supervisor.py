@@ -26,11 +26,13 @@ from hermes_nb.atropos import serve as atropos_serve
 from hermes_nb.config import RunConfig
 from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV, bearer_headers
 from hermes_nb.protocol.run_layout import PROCESS_NAMES, RunPaths
-from hermes_nb.runs import external_api, graces
+from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
+from hermes_nb.runs import external_trajectory_api, graces
 from hermes_nb.runs.outcomes import Launched, LaunchFailed, LaunchOutcome, StopRequested
 from hermes_nb.runs.ports import PORT_BINDERS, pick_ports, with_ports
-from hermes_nb.runs.state import ProcessRecord, RunState, read_run_state, write_run_state
+from hermes_nb.runs.state_file import write_run_state
 from hermes_nb.system import disk, processes
+from hermes_nb.system.home import run_paths
 from hermes_nb.system.logtail import tail_lines
 from hermes_nb.system.net import LOOPBACK
 from hermes_nb.system.secrets import read_run_secret
@@ -145,10 +147,10 @@ class Supervisor:
     def blame_external_api(self, failed: LaunchFailed) -> LaunchFailed:
         """When the run trains from an external API that went away (or forgot the trainer), that is the cause of
         whatever failed, and the failure names it; the process that noticed it, and its log, follow."""
-        url = external_api.external_url(self.config)
+        url = external_trajectory_api.external_url(self.config)
         if url is None:
             return failed
-        gone = external_api.gone_reason(url, trainer_registered=self.state.status == "running")
+        gone = external_trajectory_api.gone_reason(url, trainer_registered=self.state.status == "running")
         if gone is None:
             return failed
         cause = f"(external, {url}) {gone}; {failed.process} {failed.cause}"
@@ -172,7 +174,7 @@ class Supervisor:
 
     def api_secret(self) -> str | None:
         """The secret for the run's trajectory API: none for an external API, which is not ours."""
-        return None if external_api.external_url(self.config) is not None else self.secret
+        return None if external_trajectory_api.external_url(self.config) is not None else self.secret
 
     def runs_atroposlib(self) -> bool:
         """Whether the environment is an atroposlib one: served by atroposlib's CLI in the environment Python."""
@@ -218,7 +220,7 @@ class Supervisor:
         while an earlier one is coming up is named as the failure.
         """
         inference_url = self.config.infra.inference_url or ""
-        if external_api.external_url(self.config) is not None:
+        if external_trajectory_api.external_url(self.config) is not None:
             outcome = self.check_external_api()
             if not isinstance(outcome, Launched):
                 return outcome
@@ -245,7 +247,7 @@ class Supervisor:
         """The processes this run starts: no API when it trains from an external one, no environment when
         environments started elsewhere feed that API (``trainer.start_environment``)."""
         skip = set()
-        if external_api.external_url(self.config) is not None:
+        if external_trajectory_api.external_url(self.config) is not None:
             skip.add("api")
         if not self.config.trainer.start_environment:
             skip.add("env")
@@ -254,16 +256,16 @@ class Supervisor:
     def check_external_api(self) -> LaunchOutcome:
         """The external API answers (waiting briefly) and can serve this run from its start step; it is never
         started, stopped or signalled by the run."""
-        url = external_api.external_url(self.config) or ""
+        url = external_trajectory_api.external_url(self.config) or ""
         deadline = time.monotonic() + EXTERNAL_API_TIMEOUT
         while (ready := self.api_readiness()) is None and time.monotonic() < deadline and not self.stop_requested:
             time.sleep(POLL_SECONDS)
         if self.stop_requested:
             return StopRequested()
         if ready is None:
-            reason = external_api.gone_reason(url, trainer_registered=False) or "did not answer"
+            reason = external_trajectory_api.gone_reason(url, trainer_registered=False) or "did not answer"
             return self.external_api_failure(url, f"{reason} (waited {EXTERNAL_API_TIMEOUT:.0f} s)")
-        mismatch = external_api.shape_mismatch(self.config, url, ready)
+        mismatch = external_trajectory_api.shape_mismatch(self.config, url, ready)
         if mismatch is not None:
             return self.external_api_failure(url, mismatch)
         self.envs_before = ready.num_envs or 0
@@ -363,7 +365,7 @@ class Supervisor:
         """The failure to record once an external API has stopped answering, or forgotten the trainer, for
         ``EXTERNAL_API_GRACE`` seconds; ``None`` while it serves (or for a short hiccup). The trainer and the
         environment notice only at their next request, which a long training step can put off for minutes."""
-        url = external_api.external_url(self.config)
+        url = external_trajectory_api.external_url(self.config)
         if url is None:
             return None
         ready = self.api_readiness()
@@ -374,7 +376,7 @@ class Supervisor:
         self.api_lost_since = self.api_lost_since or now
         if now - self.api_lost_since < EXTERNAL_API_GRACE:
             return None
-        reason = external_api.gone_reason(url, trainer_registered=True) or "stopped answering"
+        reason = external_trajectory_api.gone_reason(url, trainer_registered=True) or "stopped answering"
         return self.external_api_failure(url, f"{reason} while the run was going on")
 
     def dead_unexpectedly(self) -> str | None:
@@ -522,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m hermes_nb.runs.supervisor RUN_ID", file=sys.stderr)
         return 2
-    paths = RunPaths.for_run(args[0])
+    paths = run_paths(args[0])
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s supervisor %(levelname)s %(message)s", stream=sys.stderr
     )

@@ -177,7 +177,7 @@ def transfer_weights(config: RunConfig, weights: Path, base_model_dir: Path) -> 
 
 
 def check_tinker_source(config: RunConfig, weights: Path, saved: TinkerCheckpoint | None) -> None:
-    from hermes_nb.trainer.tinker_calls import tinker_model_name
+    from hermes_nb.tinker.calls import tinker_model_name
 
     trainer = config.trainer
     if saved is None:
@@ -196,7 +196,7 @@ def check_tinker_source(config: RunConfig, weights: Path, saved: TinkerCheckpoin
 
 def local_copy(weights: Path, saved: TinkerCheckpoint) -> Path:
     """A Tinker checkpoint's weights as a local model directory (the adapter merged into its base model)."""
-    from hermes_nb.trainer.tinker_weights import checkpoint_weights_in_child  # brings the SDK: only when needed
+    from hermes_nb.tinker.weights import checkpoint_weights_in_child  # brings the SDK: only when needed
 
     if not (Path(saved.base_model).expanduser() / "config.json").is_file():
         raise TransferError(

@@ -41,7 +41,7 @@ class EnvironmentInfo(BaseModel):
     framework: EnvFramework = "hermes_nb"
 
 
-class DiscoveryError(BaseModel):
+class DiscoveryProblem(BaseModel):
     file: str
     line: int | None = None
     message: str
@@ -69,7 +69,7 @@ class FileScan:
     # be bases of environments but are not listed themselves.
     helper: bool = False
     module_doc: str = ""
-    error: DiscoveryError | None = None
+    error: DiscoveryProblem | None = None
 
 
 @dataclass
@@ -77,13 +77,13 @@ class _Cache:
     lock: threading.Lock = field(default_factory=threading.Lock)
     files: dict[str, tuple[tuple[int, int], FileScan]] = field(default_factory=dict)
     signature: tuple[tuple[str, int, int], ...] | None = None
-    result: tuple[list[EnvironmentInfo], list[DiscoveryError]] | None = None
+    result: tuple[list[EnvironmentInfo], list[DiscoveryProblem]] | None = None
 
 
 _CACHE = _Cache()
 
 
-def scan(search_path: list[Path] | None = None) -> tuple[list[EnvironmentInfo], list[DiscoveryError]]:
+def scan(search_path: list[Path] | None = None) -> tuple[list[EnvironmentInfo], list[DiscoveryProblem]]:
     """The environments and parse errors under ``search_path`` (default: ``home.environment_search_path()``)."""
     dirs = search_path if search_path is not None else home.environment_search_path()
     with _CACHE.lock:
@@ -138,7 +138,7 @@ def _scan_cached(path: str, key: tuple[int, int]) -> FileScan:
 
 
 def scan_file(path: str) -> FileScan:
-    """Parse one file into its top-level class records; a syntax error becomes a ``DiscoveryError``."""
+    """Parse one file into its top-level class records; a syntax error becomes a ``DiscoveryProblem``."""
     stem = Path(path).stem
     helper = stem.startswith("_")
     try:
@@ -146,10 +146,10 @@ def scan_file(path: str) -> FileScan:
         tree = ast.parse(source, filename=path)
     except SyntaxError as exc:
         message = f"syntax error: {exc.msg}"
-        error = DiscoveryError(file=path, line=exc.lineno, message=message)
+        error = DiscoveryProblem(file=path, line=exc.lineno, message=message)
         return FileScan(path, stem, helper=helper, error=error)
     except (OSError, ValueError) as exc:  # unreadable, or NUL bytes / bad encoding
-        error = DiscoveryError(file=path, line=None, message=f"cannot read: {exc}")
+        error = DiscoveryProblem(file=path, line=None, message=f"cannot read: {exc}")
         return FileScan(path, stem, helper=helper, error=error)
     aliases = _import_aliases(tree)
     classes = tuple(_class_record(node, aliases) for node in _top_level(tree) if isinstance(node, ast.ClassDef))
@@ -254,7 +254,7 @@ def _first_line(doc: str | None) -> str:
     return next((line.strip() for line in doc.splitlines() if line.strip()), "")
 
 
-def _resolve(scans: list[FileScan]) -> tuple[list[EnvironmentInfo], list[DiscoveryError]]:
+def _resolve(scans: list[FileScan]) -> tuple[list[EnvironmentInfo], list[DiscoveryProblem]]:
     """Decide which classes are environments (across files) and build their entries, first name wins."""
     by_name: dict[str, list[tuple[FileScan, ClassRecord]]] = {}
     for file_scan in scans:
@@ -273,7 +273,7 @@ def _resolve(scans: list[FileScan]) -> tuple[list[EnvironmentInfo], list[Discove
             info = _info(file_scan, record, is_env.config_class(file_scan, record), is_env.framework(file_scan, record))
             if info.name in taken:
                 message = f"environment name {info.name!r} ({record.class_name}) is already used by {taken[info.name]}"
-                errors.append(DiscoveryError(file=file_scan.path, line=record.line, message=message))
+                errors.append(DiscoveryProblem(file=file_scan.path, line=record.line, message=message))
                 continue
             taken[info.name] = f"{info.class_name} in {info.file}"
             environments.append(info)

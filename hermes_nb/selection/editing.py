@@ -19,8 +19,15 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model
 
 from hermes_nb.atropos.sizes import selection_values
-from hermes_nb.config import LOCKED_FIELDS, RunConfig, TinkerConfig, TrainerConfig, WandbConfig, format_validation_error
-from hermes_nb.env.config import BaseEnvConfig
+from hermes_nb.config import (
+    LOCKED_FIELDS,
+    BaseEnvConfig,
+    RunConfig,
+    TinkerConfig,
+    TrainerConfig,
+    WandbConfig,
+    format_validation_error,
+)
 from hermes_nb.errors import (
     HermesNBError,
     InvalidValueError,

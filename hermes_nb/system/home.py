@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hermes_nb.protocol.run_layout import LOGS_DIR, RUNS_DIR, RunPaths
+
 HOME_ENV_VAR = "HERMES_NB_HOME"
 ENV_PATH_VAR = "HERMES_NB_ENV_PATH"
 # The Python that reads and runs atroposlib environments (hermes_nb.atropos.interpreter); unset: this interpreter.
@@ -30,15 +32,20 @@ def home_dir() -> Path:
 
 
 def runs_dir() -> Path:
-    return home_dir() / "runs"
+    return home_dir() / RUNS_DIR
 
 
 def logs_dir() -> Path:
-    return home_dir() / "logs"
+    return home_dir() / LOGS_DIR
 
 
 def run_dir(run_id: str) -> Path:
     return runs_dir() / run_id
+
+
+def run_paths(run_id: str) -> RunPaths:
+    """Every path of run ``run_id`` under this process's home."""
+    return RunPaths.under(home_dir(), run_id)
 
 
 def shipped_environments_dir() -> Path:

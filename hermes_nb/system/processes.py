@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from hermes_nb.runs.state import ProcessRecord
+from hermes_nb.protocol.run_state import ProcessRecord
 from hermes_nb.system.logtail import tail_lines
 
 # Linux: ask the kernel to SIGTERM a child when the thread that started it dies, so a supervisor or a kernel

@@ -94,7 +94,7 @@ def make_backend(config: RunConfig) -> TrainingBackend:
     ``initial_weights(config)`` when set (weights only: the optimizer starts fresh)."""
     trainer = config.trainer
     if trainer.backend == "tinker":
-        from hermes_nb.trainer.tinker_backend import TinkerBackend
+        from hermes_nb.tinker.backend import TinkerBackend
 
         return TinkerBackend(config)
     from hermes_nb.trainer.local_backend import LocalBackend
@@ -114,7 +114,7 @@ def make_engine(config: RunConfig) -> Any:
     """The inference engine that serves the run's policy for ``trainer.backend``: batched local sampling
     (``InferenceEngine``), or forwarding to Tinker's sampler (``TinkerEngine``); both publish and sample alike."""
     if config.trainer.backend == "tinker":
-        from hermes_nb.inference.tinker_engine import TinkerEngine
+        from hermes_nb.tinker.engine import TinkerEngine
 
         return TinkerEngine()
     from hermes_nb.inference.engine import InferenceEngine

@@ -46,9 +46,10 @@ from hermes_nb.metrics.reader import read_metrics_file
 from hermes_nb.protocol.auth import SECRET_ENV
 from hermes_nb.protocol.checkpoints import CheckpointRecord, read_checkpoint_index
 from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE, RunPaths
-from hermes_nb.runs.reports import RunStatus
-from hermes_nb.runs.state import ProcessRecord, RunState, read_run_state
+from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
+from hermes_nb.runs.results import RunStatus
 from hermes_nb.system import processes
+from hermes_nb.system.home import run_paths
 from hermes_nb.system.secrets import read_run_secret
 from hermes_nb.trainer.checkpoints import TEMP_CHECKPOINT_PREFIX, temp_checkpoint_step
 
@@ -109,7 +110,7 @@ class Case:
 
     @property
     def paths(self) -> RunPaths:
-        return RunPaths.for_run(self.run_id)
+        return run_paths(self.run_id)
 
 
 class PhaseMissed(Exception):

@@ -30,11 +30,12 @@ from hermes_nb.api import (
 )
 from hermes_nb.notebook.headless import execute_notebook, png_outputs
 from hermes_nb.protocol import metrics as keys
-from hermes_nb.protocol.run_layout import TRAJECTORIES_FILE, RunPaths
+from hermes_nb.protocol.run_layout import TRAJECTORIES_FILE
+from hermes_nb.protocol.run_state import read_run_state
 from hermes_nb.protocol.trajectory import MASK_IGNORE
 from hermes_nb.runs.registry import known_run_ids
-from hermes_nb.runs.state import read_run_state
 from hermes_nb.system import home
+from hermes_nb.system.home import run_paths
 from hermes_nb.trainer.checkpoints import read_trajectories
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -125,7 +126,7 @@ def test_a_notebook_lists_selects_trains_and_watches_an_atroposlib_environment(
 
 
 def env_rows(run_id: str) -> list[keys.MetricsRow]:
-    path = RunPaths.for_run(run_id).env_metrics
+    path = run_paths(run_id).env_metrics
     return [keys.MetricsRow.from_json_line(line) for line in path.read_text().splitlines()]
 
 

@@ -23,8 +23,8 @@ from hermes_nb.api import (
 from hermes_nb.config import RunConfig
 from hermes_nb.metrics.reader import read_metrics_file
 from hermes_nb.protocol.checkpoints import read_checkpoint_index
-from hermes_nb.protocol.run_layout import RunPaths
 from hermes_nb.runs.registry import known_run_ids
+from hermes_nb.system.home import run_paths
 
 pytestmark = [pytest.mark.e2e]
 
@@ -56,7 +56,7 @@ def test_a_full_disk_fails_the_run_naming_it_and_a_resume_once_space_is_back_com
     failed = wait_for_status(first.run_id, lambda s: s.is_terminal, TIMEOUT)
 
     assert failed.status == "failed", failed
-    paths = RunPaths.for_run(first.run_id)
+    paths = run_paths(first.run_id)
     step_2, step_4 = paths.checkpoints_dir / "step_2", paths.checkpoints_dir / "step_4"
     assert failed.error is not None
     assert re.search(rf"disk full \(ENOSPC\) while writing checkpoint {re.escape(str(step_4))}", failed.error)

@@ -11,9 +11,9 @@ import pytest
 from run_helpers import QUICK_TEST_CONFIG, REPO_ROOT, run, wait_for_status
 
 from hermes_nb.api import rl_load_config, rl_select_environment, rl_start_training, rl_stop_training
-from hermes_nb.protocol.run_layout import RunPaths
 from hermes_nb.runs.registry import known_run_ids
 from hermes_nb.system import home
+from hermes_nb.system.home import run_paths
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -38,7 +38,7 @@ def test_out_of_vocabulary_groups_are_skipped_and_counted_while_the_run_complete
 
     assert (status.status, status.step) == ("completed", 4), status.error
     assert status.env_failed_groups >= 1
-    env_log = RunPaths.for_run(start.run_id).logs["env"].read_text()
+    env_log = run_paths(start.run_id).logs["env"].read_text()
     # The trainer registered its model's vocabulary (the shipped model's 100 ids); the environment learned it.
     assert "token id 10000 is out of the trained model's vocabulary (ids are in [0, 100))" in env_log
 

@@ -17,7 +17,7 @@ from run_helpers import run, run_pids, wait_for_status
 from hermes_nb.api import rl_start_training, rl_stop_training
 from hermes_nb.config import RunConfig
 from hermes_nb.protocol.auth import SECRET_ENV
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.system.home import run_paths
 from hermes_nb.system.secrets import read_run_secret
 from hermes_nb.trajectory_api import SyncTrajectoryClient
 
@@ -58,10 +58,10 @@ def test_a_run_that_starts_no_environment_trains_from_one_started_elsewhere(tmp_
         assert set(run_pids(run_id)) == {"supervisor", "trainer"}
         # Started by hand, as a user would start one elsewhere: the run's config says where the API and the
         # inference server are, and the run's secret (its owner can read it) opens the inference server.
-        paths = RunPaths.for_run(run_id)
+        paths = run_paths(run_id)
         env_ref = RunConfig.load(paths.config).environment
         assert env_ref is not None
-        argv = [sys.executable, "-m", "hermes_nb.env", "serve", f"{env_ref.file}:{env_ref.class_name}"]
+        argv = [sys.executable, "-m", "hermes_nb.env_runtime", "serve", f"{env_ref.file}:{env_ref.class_name}"]
         secret = {SECRET_ENV: read_run_secret(paths.run_dir) or ""}
         with (tmp_path / "env.log").open("wb") as log:
             env = subprocess.Popen(

@@ -16,7 +16,7 @@ import pytest
 from hermes_nb.api import rl_get_results, rl_stop_training
 from hermes_nb.notebook.headless import error_outputs, execute_notebook, png_outputs
 from hermes_nb.runs.registry import known_run_ids
-from hermes_nb.runs.reports import RunResults
+from hermes_nb.runs.results import RunResults
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

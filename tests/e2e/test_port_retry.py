@@ -10,9 +10,9 @@ from run_helpers import run, wait_for_status
 
 from hermes_nb.api import rl_start_training, rl_stop_training
 from hermes_nb.config import RunConfig
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_state import read_run_state
 from hermes_nb.runs import ports
-from hermes_nb.runs.state import read_run_state
+from hermes_nb.system.home import run_paths
 from hermes_nb.system.net import LOOPBACK, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("quick_env")]
@@ -51,7 +51,7 @@ def test_a_port_taken_before_the_process_binds_it_is_replaced_and_the_run_comes_
     status = wait_for_status(start.run_id, lambda s: s.status != "starting", START_TIMEOUT)
 
     assert status.status == "running", status.error
-    paths = RunPaths.for_run(start.run_id)
+    paths = run_paths(start.run_id)
     state, infra = read_run_state(paths.run_dir), RunConfig.load(paths.config).infra
     assert taken_port not in (state.api_port, state.inference_port)
     assert (state.api_port, state.inference_port) == (infra.api_port, infra.inference_port)

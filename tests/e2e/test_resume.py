@@ -9,7 +9,7 @@ from run_helpers import run, wait_for_status
 
 from hermes_nb.api import rl_get_results, rl_start_training, rl_stop_training
 from hermes_nb.config import RunConfig
-from hermes_nb.runs.state import read_run_state
+from hermes_nb.protocol.run_state import read_run_state
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("quick_env")]
 

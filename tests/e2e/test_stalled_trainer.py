@@ -21,11 +21,11 @@ from run_helpers import REPO_ROOT, run, run_pids, wait_for_status
 
 from hermes_nb.api import rl_load_config, rl_select_environment, rl_start_training, rl_stop_training
 from hermes_nb.protocol.auth import bearer_headers
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_state import read_run_state
 from hermes_nb.protocol.trajectory import HealthResponse
 from hermes_nb.runs.registry import known_run_ids
-from hermes_nb.runs.state import read_run_state
 from hermes_nb.system import home
+from hermes_nb.system.home import run_paths
 from hermes_nb.system.secrets import read_run_secret
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -87,7 +87,7 @@ def test_a_stopped_trainer_leaves_the_queue_within_its_cap_and_the_run_completes
     assert max(rss[full_at:]) - rss[full_at] <= RSS_SLACK_MIB, rss
     done = wait_for_status(start.run_id, lambda s: s.is_terminal, TIMEOUT)
     assert (done.status, done.step) == ("completed", 8), done
-    api_log = RunPaths.for_run(start.run_id).logs["api"].read_text()
+    api_log = run_paths(start.run_id).logs["api"].read_text()
     assert "Traceback" not in api_log
 
 

@@ -38,11 +38,11 @@ from hermes_nb.errors import TinkerError, TransferError
 from hermes_nb.protocol.checkpoints import read_checkpoints
 from hermes_nb.protocol.tinker import read_checkpoint
 from hermes_nb.runs.registry import known_run_ids
-from hermes_nb.runs.reports import StartResult
+from hermes_nb.runs.results import StartResult
 from hermes_nb.system.home import embedded_base_model_dir
+from hermes_nb.tinker.backend import TinkerBackend
 from hermes_nb.trainer.checkpoints import save_checkpoint
 from hermes_nb.trainer.main import restore
-from hermes_nb.trainer.tinker_backend import TinkerBackend
 from hermes_nb.trainer.types import AdamParams, Datum
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

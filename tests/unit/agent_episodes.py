@@ -21,7 +21,7 @@ from typing import Any
 from tool_model import overfit
 
 from hermes_nb.env import AgentEnv, AgentEnvConfig, ChatRenderer, QAItem
-from hermes_nb.env.config import APIServerConfig
+from hermes_nb.env.server_config import APIServerConfig
 from hermes_nb.inference.engine import InferenceEngine, Policy
 from hermes_nb.inference.sampler import RowResult, SampleRow
 from hermes_nb.inference.server import InferenceServer

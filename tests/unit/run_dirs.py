@@ -18,7 +18,9 @@ import psutil
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_layout import ProcessName, RunPaths
-from hermes_nb.runs.state import ProcessRecord, RunState, RunStatusName, write_run_state
+from hermes_nb.protocol.run_state import ProcessRecord, RunState, RunStatusName
+from hermes_nb.runs.state_file import write_run_state
+from hermes_nb.system.home import run_paths
 
 FINISHED_ID = "20250101-120000-abcdefghjk"
 OTHER_ID = "20250101-110000-mnpqrstuvw"
@@ -27,7 +29,7 @@ STEP_SECONDS = 10.0
 
 
 def write_state(run_id: str, status: RunStatusName = "completed", **fields: object) -> RunPaths:
-    paths = RunPaths.for_run(run_id)
+    paths = run_paths(run_id)
     paths.run_dir.mkdir(parents=True, exist_ok=True)
     values: dict[str, object] = {
         "run_id": run_id,

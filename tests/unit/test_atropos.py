@@ -25,9 +25,10 @@ from hermes_nb.config import EnvironmentRef, InfraConfig, RunConfig
 from hermes_nb.errors import ConfigError, EnvironmentPythonError
 from hermes_nb.notebook.magics import HermesNB
 from hermes_nb.protocol import metrics as keys
-from hermes_nb.protocol.run_layout import ATROPOS_SERVE_FILE, RunPaths
+from hermes_nb.protocol.run_layout import ATROPOS_SERVE_FILE
 from hermes_nb.selection import discovery
 from hermes_nb.system import home
+from hermes_nb.system.home import run_paths
 
 ATROPOS_ENV = '''
 """Add numbers."""
@@ -222,7 +223,7 @@ def test_the_environment_logs_to_wandb_only_when_it_wants_to_and_the_run_has_wan
 
 def test_the_serve_command_is_atroposlibs_cli_through_the_bridge_in_the_environment_python(tmp_path: Path) -> None:
     config = atropos_config(tmp_path)
-    paths = RunPaths.for_run("20260101-000000-aaaaaaaaaa").model_copy(update={"run_dir": tmp_path})
+    paths = run_paths("20260101-000000-aaaaaaaaaa").model_copy(update={"run_dir": tmp_path})
 
     argv = serve.serve_argv(config, paths)
 
@@ -372,7 +373,7 @@ def test_config_env_python_sets_the_variable_selection_and_runs_read(ip: Interac
 def test_no_key_reaches_the_serve_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_API_KEY", "wandb-secret-123")
     config = atropos_config(tmp_path)
-    paths = RunPaths.for_run("20260101-000000-aaaaaaaaaa").model_copy(update={"run_dir": tmp_path})
+    paths = run_paths("20260101-000000-aaaaaaaaaa").model_copy(update={"run_dir": tmp_path})
 
     argv = serve.serve_argv(config, paths)
 

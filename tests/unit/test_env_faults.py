@@ -21,13 +21,14 @@ import pytest
 from env_runtime_fakes import REPO_ROOT, fake_inference_server, trajectory_api_process
 
 from hermes_nb.config import InfraConfig, RunConfig, WandbConfig
-from hermes_nb.env import runtime
-from hermes_nb.env.loading import load_env_class, make_env
+from hermes_nb.env_runtime import loop as runtime
+from hermes_nb.env_runtime.loading import load_env_class, make_env
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.run_layout import RunPaths
 from hermes_nb.protocol.trajectory import Registration, ScoredDataGroup
 from hermes_nb.runs.status import check_status
+from hermes_nb.system.home import run_paths
 from hermes_nb.trajectory_api.client import TrajectoryClient
 from hermes_nb.trajectory_api.server import create_app
 
@@ -151,14 +152,14 @@ def test_timeouts_count_towards_the_streak(tmp_path: Path, servers: tuple[str, s
 
 
 def run_env_process(config: RunConfig, timeout_s: float) -> tuple[int, RunPaths]:
-    """``python -m hermes_nb.env serve`` as a run starts it, its output in the run's env log."""
-    paths = RunPaths.for_run(RUN_ID)
+    """``python -m hermes_nb.env_runtime serve`` as a run starts it, its output in the run's env log."""
+    paths = run_paths(RUN_ID)
     paths.run_dir.mkdir(parents=True, exist_ok=True)
     paths.logs["env"].parent.mkdir(parents=True, exist_ok=True)
     config = config.model_copy(update={"infra": config.infra.model_copy(update={"run_dir": str(paths.run_dir)})})
     config.save(paths.run_dir / "config.yaml")
     asyncio.run(register_trainer(config.infra.api_url or "", 10))
-    argv = [sys.executable, "-m", "hermes_nb.env", "serve", str(FAULT_ENV)]
+    argv = [sys.executable, "-m", "hermes_nb.env_runtime", "serve", str(FAULT_ENV)]
     with paths.logs["env"].open("wb") as log:
         proc = subprocess.Popen(
             [*argv, "--config", str(paths.run_dir / "config.yaml")], cwd=REPO_ROOT, stdout=log, stderr=log
@@ -282,7 +283,7 @@ def test_a_group_changed_after_it_was_built_is_checked_again() -> None:
 
 def watch(scenario: Any, limit: float = 0.3) -> list[tuple[str, str]]:
     """Run ``scenario(guard)`` on a loop guarded by a watchdog whose ``on_blocked`` records instead of exiting."""
-    from hermes_nb.env.faults import LoopWatchdog
+    from hermes_nb.env_runtime.faults import LoopWatchdog
 
     calls: list[tuple[str, str]] = []
 

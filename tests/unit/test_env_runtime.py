@@ -24,10 +24,10 @@ from env_runtime_fakes import (
 )
 
 from hermes_nb.config import InfraConfig, RunConfig, WandbConfig
-from hermes_nb.env import runtime
 from hermes_nb.env.base import BaseEnv
-from hermes_nb.env.configure import build_env_config
-from hermes_nb.env.loading import load_env_class, make_env
+from hermes_nb.env_runtime import loop as runtime
+from hermes_nb.env_runtime.env_config import build_env_config
+from hermes_nb.env_runtime.loading import load_env_class, make_env
 from hermes_nb.errors import ConfigError, EnvironmentLoadError
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.protocol.trajectory import MASK_IGNORE, PROMPT_LOGPROB, Registration, ScoredDataGroup
@@ -197,7 +197,15 @@ def test_serve_cli_disconnects_and_exits_0_on_sigterm(tmp_path: Path, servers: t
     asyncio.run(register())
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hermes_nb.env", "serve", str(env_file), "--config", str(tmp_path / "config.yaml")],
+        [
+            sys.executable,
+            "-m",
+            "hermes_nb.env_runtime",
+            "serve",
+            str(env_file),
+            "--config",
+            str(tmp_path / "config.yaml"),
+        ],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -223,7 +231,7 @@ def test_process_cli_writes_n_groups_with_decoded_text(tmp_path: Path) -> None:
     output = tmp_path / "groups.jsonl"
     with fake_inference_server() as (inf_url, _):
         result = subprocess.run(
-            [sys.executable, "-m", "hermes_nb.env", "process", f"{env_file}:TinyEnv", "--num-groups", "3",
+            [sys.executable, "-m", "hermes_nb.env_runtime", "process", f"{env_file}:TinyEnv", "--num-groups", "3",
              "--output", str(output), "--inference-url", inf_url],
             cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
@@ -261,7 +269,7 @@ def test_an_environment_file_run_as_a_script_serves_its_own_class(tmp_path: Path
 def test_the_module_cli_reports_a_missing_environment_file_in_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "missing.py"
     result = subprocess.run(
-        [sys.executable, "-m", "hermes_nb.env", "evaluate", f"{missing}:Nope"],
+        [sys.executable, "-m", "hermes_nb.env_runtime", "evaluate", f"{missing}:Nope"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
     )  # fmt: skip
@@ -322,7 +330,7 @@ def test_loading_names_what_is_wrong(tmp_path: Path) -> None:
 
 def test_env_process_starts_without_torch_or_transformers() -> None:
     code = (
-        "import sys, hermes_nb.env.cli, hermes_nb.env.runtime;"
+        "import sys, hermes_nb.env_runtime.cli, hermes_nb.env_runtime.loop;"
         "print([m for m in ('torch', 'transformers', 'wandb', 'fastapi') if m in sys.modules])"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
@@ -365,7 +373,7 @@ class CountingTransport(httpx.AsyncHTTPTransport):
 
 
 def test_groups_finished_together_reach_the_api_in_one_request(api_url: str) -> None:
-    from hermes_nb.env.api_link import TrajectoryLink
+    from hermes_nb.env_runtime.trajectory_link import TrajectoryLink
     from hermes_nb.protocol.trajectory import RegisterEnv
 
     httpx.get(api_url + "/reset_data", timeout=10).raise_for_status()

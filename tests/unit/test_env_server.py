@@ -15,8 +15,8 @@ from env_runtime_fakes import (
     prompt_ids,
 )
 
-from hermes_nb.env.config import APIServerConfig
-from hermes_nb.env.server import InferenceError, ServerManager
+from hermes_nb.env.inference_client import InferenceError, ServerManager
+from hermes_nb.env.server_config import APIServerConfig
 from hermes_nb.env.types import SampledCompletion
 from hermes_nb.protocol.inference import GenerateRequest
 from hermes_nb.system.net import LOOPBACK, free_port

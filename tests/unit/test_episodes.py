@@ -28,9 +28,9 @@ from agent_episodes import (
 )
 
 from hermes_nb.env import ChatRenderer, Episode
-from hermes_nb.env.config import APIServerConfig
 from hermes_nb.env.episodes import EpisodeError, TemplateNotPrefixStable, ask_all
-from hermes_nb.env.server import ServerManager
+from hermes_nb.env.inference_client import ServerManager
+from hermes_nb.env.server_config import APIServerConfig
 from hermes_nb.protocol.inference import ChatMessage
 from hermes_nb.protocol.trajectory import MASK_IGNORE, PROMPT_LOGPROB
 

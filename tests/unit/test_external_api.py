@@ -18,13 +18,13 @@ from external_apis import api_process
 from hermes_nb.api import rl_edit_config, rl_select_environment, rl_start_training
 from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.errors import ConfigError, HermesNBError
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_state import RunState
 from hermes_nb.protocol.trajectory import RegisterEnv, Registration
 from hermes_nb.runs import supervisor as supervisor_module
 from hermes_nb.runs.ports import with_ports
 from hermes_nb.runs.registry import known_run_ids
-from hermes_nb.runs.state import RunState
 from hermes_nb.runs.supervisor import Supervisor
+from hermes_nb.system.home import run_paths
 from hermes_nb.system.net import LOOPBACK, free_port
 from hermes_nb.trajectory_api import SyncTrajectoryClient
 
@@ -153,7 +153,7 @@ def test_an_external_api_serving_another_trainer_refuses_the_start_with_both_sha
 @pytest.mark.usefixtures("arithmetic")
 def test_an_external_api_with_this_runs_shape_at_its_start_step_is_accepted(fresh_run_api: str) -> None:
     # e.g. a start that failed before its first batch, tried again: the API kept the first registration.
-    from hermes_nb.runs.external_api import unusable_reason
+    from hermes_nb.runs.external_trajectory_api import unusable_reason
     from hermes_nb.selection import session
 
     with SyncTrajectoryClient(fresh_run_api) as api:
@@ -173,7 +173,7 @@ def test_not_starting_the_environment_needs_an_external_api() -> None:
 
 # ---- the supervisor -----------------------------------------------------------------------------------------
 def supervisor_for(trainer: TrainerConfig, status: str = "running", run_id: str = RUN_ID) -> Supervisor:
-    paths = RunPaths.for_run(run_id)
+    paths = run_paths(run_id)
     paths.run_dir.mkdir(parents=True)
     paths.logs["trainer"].parent.mkdir(parents=True, exist_ok=True)
     config = with_ports(RunConfig(trainer=trainer), free_port(), free_port())

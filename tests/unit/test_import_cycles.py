@@ -7,7 +7,7 @@ inside functions and methods (lazy imports), and inside ``try``/``if`` blocks. E
   ``from a.b import name`` where ``name`` is not a submodule: an edge to the package ``a.b`` (its ``__init__``).
   Relative imports are resolved first.
 - Parent packages: importing ``a.b.c`` runs the ``__init__`` of ``a`` and ``a.b`` first, so those are edges too
-  (``hermes_nb.config`` importing ``hermes_nb.env.config`` runs ``hermes_nb/env/__init__.py``, and if that
+  (``hermes_nb.config`` importing ``hermes_nb.env.server_config`` runs ``hermes_nb/env/__init__.py``, and if that
   imported ``hermes_nb.config`` back it would find it half-initialised), except for the importer's own ancestor
   packages: Python has started them before the importer runs, so a package's ``__init__`` importing its children
   (the normal parent -> child edge) and children importing their siblings do not count as a cycle. A child that

@@ -170,8 +170,8 @@ def test_responses_report_the_policy_version_that_generated_them(server, model_a
 
 
 def test_a_multi_prompt_evaluation_request_is_answered_by_one_policy_version(server, model_and_tokenizer) -> None:  # type: ignore[no-untyped-def]
-    from hermes_nb.env.config import APIServerConfig
-    from hermes_nb.env.server import ServerManager
+    from hermes_nb.env.inference_client import ServerManager
+    from hermes_nb.env.server_config import APIServerConfig
 
     srv, url = server
     _publish(srv, model_and_tokenizer, version=7)

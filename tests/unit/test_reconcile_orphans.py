@@ -14,9 +14,9 @@ import pytest
 from run_dirs import dead_process, write_state
 
 from hermes_nb import api
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_state import ProcessRecord, RunStatusName, read_run_state
 from hermes_nb.runs import reconcile
-from hermes_nb.runs.state import ProcessRecord, RunStatusName, read_run_state
+from hermes_nb.system.home import run_paths
 
 RUN_ID = "20250103-100000-abcdefghjk"
 # Short, so that the SIGKILL after the grace comes within the test; the real one is 5 s.
@@ -62,7 +62,7 @@ def test_a_supervisor_that_died_while_stopping_leaves_the_run_stopped_for_any_re
 
     assert (status.status, status.error, status.failed_process) == ("stopped", None, None)
     # Written back: the stop's own reader (and every other) finds the same.
-    assert read_run_state(RunPaths.for_run(RUN_ID).run_dir).status == "stopped"
+    assert read_run_state(run_paths(RUN_ID).run_dir).status == "stopped"
 
 
 def test_a_stop_of_a_run_whose_supervisor_died_returns_once_its_processes_are_gone(

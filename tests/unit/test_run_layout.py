@@ -6,13 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from hermes_nb.config import EMBEDDED_BASE_MODEL, EnvironmentRef, RunConfig, TrainerConfig, base_model_dir
-from hermes_nb.env.config import BaseEnvConfig
+from hermes_nb.config import (
+    EMBEDDED_BASE_MODEL,
+    BaseEnvConfig,
+    EnvironmentRef,
+    RunConfig,
+    TrainerConfig,
+    base_model_dir,
+)
 from hermes_nb.errors import ConfigError
 from hermes_nb.model_test.targets import resolve_targets
-from hermes_nb.protocol.run_layout import LOGGED_PROCESSES, PROCESS_NAMES, RunPaths
+from hermes_nb.protocol.run_layout import LOGGED_PROCESSES, PROCESS_NAMES
 from hermes_nb.runs.launcher import initial_state, resolve_infrastructure, validate_for_start
 from hermes_nb.system import home
+from hermes_nb.system.home import run_paths
 from hermes_nb.trainer.backend import model_dir_for
 from hermes_nb.trainer.checkpoints import checkpoint_root
 from hermes_nb.trainer.loop import LoopSettings, registration_for
@@ -24,7 +31,7 @@ ENVIRONMENT = EnvironmentRef(
 
 
 def test_every_process_of_a_run_and_its_supervisor_has_a_log_in_the_logs_folder() -> None:
-    logs = RunPaths.for_run(RUN_ID).logs
+    logs = run_paths(RUN_ID).logs
     assert set(logs) == {*PROCESS_NAMES, "supervisor"} == set(LOGGED_PROCESSES)
     assert {path.parent for path in logs.values()} == {home.logs_dir()}
     assert len({path.name for path in logs.values()}) == len(logs)
@@ -32,7 +39,7 @@ def test_every_process_of_a_run_and_its_supervisor_has_a_log_in_the_logs_folder(
 
 
 def test_the_trainer_writes_checkpoints_where_the_readers_look() -> None:
-    paths = RunPaths.for_run(RUN_ID)
+    paths = run_paths(RUN_ID)
     config = RunConfig(environment=ENVIRONMENT)
     settings = LoopSettings.from_config(config, paths.run_dir)
     assert checkpoint_root(config, paths.run_dir) == paths.checkpoints_dir
@@ -60,7 +67,7 @@ def test_embedded_names_the_shipped_model_for_the_launcher_the_trainer_and_the_m
     assert config.trainer.base_model == EMBEDDED_BASE_MODEL
     assert base_model_dir(EMBEDDED_BASE_MODEL) == shipped
     assert model_dir_for(config.trainer.base_model) == shipped
-    resolved = resolve_infrastructure(config, RUN_ID, RunPaths.for_run(RUN_ID))
+    resolved = resolve_infrastructure(config, RUN_ID, run_paths(RUN_ID))
     assert resolved.infra.tokenizer_name == resolved.env["tokenizer_name"] == str(shipped)
     assert [Path(t.location) for t in resolve_targets(None, config)] == [shipped]
 

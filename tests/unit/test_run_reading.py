@@ -29,8 +29,8 @@ from hermes_nb import api
 from hermes_nb.errors import HermesNBError, UnknownRunError
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_state import ProcessRecord, read_run_state
 from hermes_nb.runs import wandb_remote
-from hermes_nb.runs.state import ProcessRecord, read_run_state
 
 T = TypeVar("T")
 RUNNING_ID = "20250102-090000-hjkmnpqrst"

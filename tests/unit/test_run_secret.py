@@ -20,9 +20,10 @@ import torch
 import yaml
 
 from hermes_nb.protocol.auth import SECRET_ENV, capability_url
-from hermes_nb.protocol.run_layout import ATROPOS_SERVE_FILE, RUN_SECRET_FILE, RunPaths
+from hermes_nb.protocol.run_layout import ATROPOS_SERVE_FILE, RUN_SECRET_FILE
 from hermes_nb.system import home
 from hermes_nb.system import secrets as run_secrets
+from hermes_nb.system.home import run_paths
 from hermes_nb.system.net import LOOPBACK, free_port
 from hermes_nb.system.processes import spawn_group
 from hermes_nb.system.secrets import redact
@@ -234,7 +235,7 @@ def test_the_atroposlib_serve_settings_carry_the_secret_in_a_private_file(tmp_pa
             env_python="/venvs/atropos/bin/python",
         ),
     )
-    paths = RunPaths.for_run("20260101-000000-aaaaaaaaaa").model_copy(update={"run_dir": tmp_path})
+    paths = run_paths("20260101-000000-aaaaaaaaaa").model_copy(update={"run_dir": tmp_path})
 
     argv = serve.serve_argv(config, paths, SECRET, SECRET)
 
@@ -292,13 +293,13 @@ def test_run_children_get_the_secret_in_their_environment_and_an_external_api_ne
 ) -> None:
     from hermes_nb.config import RunConfig
     from hermes_nb.protocol.auth import API_SECRET_ENV
-    from hermes_nb.runs.state import RunState
+    from hermes_nb.protocol.run_state import RunState
     from hermes_nb.runs.supervisor import Supervisor
 
     monkeypatch.setenv(API_SECRET_ENV, "inherited-from-elsewhere")
     config = RunConfig.model_validate({"trainer": {"external_api_url": external}})
     state = RunState(run_id="r1", environment="arithmetic", total_steps=1)
-    supervisor = Supervisor(paths=RunPaths.for_run("r1"), config=config, state=state, secret=SECRET)
+    supervisor = Supervisor(paths=run_paths("r1"), config=config, state=state, secret=SECRET)
 
     env = supervisor.environment_for("trainer")
 

@@ -13,10 +13,10 @@ from run_dirs import write_state
 
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import RunStateError
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_state import ProcessRecord, RunState
 from hermes_nb.runs import graces, stop
-from hermes_nb.runs.state import ProcessRecord, RunState
 from hermes_nb.runs.supervisor import Child, Supervisor
+from hermes_nb.system.home import run_paths
 
 RUN_ID = "20250101-120000-abcdefghjk"
 
@@ -77,7 +77,7 @@ def test_the_supervisors_real_worst_case_stop_fits_in_its_stop_budget(
     """Every process ignores SIGTERM, so each grace is waited out in full, as in the worst case."""
     monkeypatch.setattr(graces, "TRAINER_STOP_GRACE", 1.0)
     monkeypatch.setattr(graces, "PEER_STOP_GRACE", 1.0)
-    paths = RunPaths.for_run(RUN_ID)
+    paths = run_paths(RUN_ID)
     paths.run_dir.mkdir(parents=True)
     records = {name: _start_stubborn(stubborn, name) for name in ("api", "trainer", "env")}
     state = RunState(run_id=RUN_ID, environment="arithmetic", status="running", total_steps=10, processes=dict(records))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hermes_nb.config import RunConfig
-from hermes_nb.protocol.run_layout import RunPaths
-from hermes_nb.runs.state import RunState
+from hermes_nb.protocol.run_state import RunState
 from hermes_nb.runs.supervisor import Supervisor
+from hermes_nb.system.home import run_paths
 
 RUN_ID = "20250101-120000-abcdefghjk"
 # What the trajectory API writes when its port is taken.
@@ -16,7 +16,7 @@ PORT_TAKEN = "cannot listen on 127.0.0.1:41234: [Errno 98] Address already in us
 
 @pytest.fixture
 def supervisor() -> Supervisor:
-    paths = RunPaths.for_run(RUN_ID)
+    paths = run_paths(RUN_ID)
     paths.run_dir.mkdir(parents=True)
     state = RunState(run_id=RUN_ID, environment="arithmetic", total_steps=10)
     return Supervisor(paths=paths, config=RunConfig(), state=state)

@@ -20,7 +20,6 @@ import torch
 from hermes_nb.config import RunConfig, TinkerConfig
 from hermes_nb.errors import TinkerError, TransferError
 from hermes_nb.inference.sampler import SampleRow
-from hermes_nb.inference.tinker_engine import _groups, trim
 from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE
 from hermes_nb.protocol.tinker import (
     SDK_DEFAULT_URL,
@@ -33,10 +32,11 @@ from hermes_nb.protocol.tinker import (
 )
 from hermes_nb.runs.transfer import check_tinker_source
 from hermes_nb.system.net import free_port
-from hermes_nb.trainer import tinker_datums
-from hermes_nb.trainer.tinker_backend import TinkerBackend, sampler_weights_path
-from hermes_nb.trainer.tinker_calls import RemoteCalls
-from hermes_nb.trainer.tinker_preflight import check_before_start
+from hermes_nb.tinker import datums as tinker_datums
+from hermes_nb.tinker.backend import TinkerBackend, sampler_weights_path
+from hermes_nb.tinker.calls import RemoteCalls
+from hermes_nb.tinker.engine import _groups, trim
+from hermes_nb.tinker.preflight import check_before_start
 from hermes_nb.trainer.types import Datum, LossConfig
 
 
@@ -134,7 +134,7 @@ def connection_error() -> tinker.APIConnectionError:
 
 def test_network_errors_are_retried_with_backoff_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     sleeps: list[float] = []
-    monkeypatch.setattr("hermes_nb.trainer.tinker_calls.time.sleep", sleeps.append)
+    monkeypatch.setattr("hermes_nb.tinker.calls.time.sleep", sleeps.append)
     answers = iter([connection_error(), connection_error(), "done"])
     calls = RemoteCalls("http://127.0.0.1:1", give_up_after_s=60)
 
@@ -150,7 +150,7 @@ def test_network_errors_are_retried_with_backoff_and_counted(monkeypatch: pytest
 
 
 def test_a_server_that_stays_away_fails_naming_tinker_and_the_last_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("hermes_nb.trainer.tinker_calls.time.sleep", lambda _s: None)
+    monkeypatch.setattr("hermes_nb.tinker.calls.time.sleep", lambda _s: None)
     calls = RemoteCalls("http://127.0.0.1:1", give_up_after_s=0.5)
 
     def refuse() -> None:

@@ -1,7 +1,7 @@
 """Every tinker SDK call the Tinker backend makes exists, with the keyword arguments it passes, in the SDK the test
 server speaks (hermes-nb's venv: 0.24.1) and in the newest SDK (the ``tinker-latest`` side environment).
 
-``hermes_nb.trainer.tinker_calls.SDK_CALLS`` lists the calls; the first test reads the source of the Tinker modules
+``hermes_nb.tinker.calls.SDK_CALLS`` lists the calls; the first test reads the source of the Tinker modules
 and fails on any SDK call missing from that list, so the list cannot drift from the code.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from side_envs import side_env_python
 
 import hermes_nb
-from hermes_nb.trainer.tinker_calls import SDK_ALTERNATIVES, SDK_CALLS
+from hermes_nb.tinker.calls import SDK_ALTERNATIVES, SDK_CALLS
 
 PACKAGE = Path(hermes_nb.__file__).resolve().parent
 TINKER_MODULES = [*sorted((PACKAGE / "trainer").glob("tinker_*.py")), PACKAGE / "inference" / "tinker_engine.py"]

@@ -10,9 +10,11 @@ import pytest
 from hermes_nb.config import EnvironmentRef, RunConfig, TrainerConfig
 from hermes_nb.errors import TransferError
 from hermes_nb.protocol.run_layout import RunPaths
-from hermes_nb.runs.state import RunState, write_run_state
+from hermes_nb.protocol.run_state import RunState
+from hermes_nb.runs.state_file import write_run_state
 from hermes_nb.runs.transfer import resolve_transfer
 from hermes_nb.system import home
+from hermes_nb.system.home import run_paths
 from hermes_nb.testing import ModelShape, make_tiny_model
 
 
@@ -29,7 +31,7 @@ def make_run(
     trajectories: bool = False,
     evals: dict[int, float] | None = None,
 ) -> RunPaths:
-    paths = RunPaths.for_run(run_id)
+    paths = run_paths(run_id)
     paths.run_dir.mkdir(parents=True)
     write_run_state(paths.run_dir, RunState(run_id=run_id, environment="arithmetic", status=status, total_steps=10))
     lines = [

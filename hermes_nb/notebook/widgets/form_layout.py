@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 import ipywidgets as widgets
 
-from hermes_nb.env.config import BaseEnvConfig
+from hermes_nb.config import BaseEnvConfig
 from hermes_nb.results import ConfigField
 
 SECTION_TITLES = {"env": "Environment", "trainer": "Trainer", "wandb": "Weights & Biases"}

@@ -18,7 +18,7 @@ from hermes_nb.notebook import kernel_runs
 from hermes_nb.notebook.refresher import Refresher
 from hermes_nb.notebook.widgets.log_view import log_html, tail_lines
 from hermes_nb.results import format_duration
-from hermes_nb.runs.reports import RunStatus, StartResult
+from hermes_nb.runs.results import RunStatus, StartResult
 from hermes_nb.syncio import run_sync
 
 # The run monitor re-reads run.json and the log tail this often; a status read is a few small file reads.

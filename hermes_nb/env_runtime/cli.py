@@ -1,9 +1,9 @@
 """Command line of an environment: ``serve``, ``process`` and ``evaluate``.
 
-``python -m hermes_nb.env serve path/to/env.py[:Class] --config run.yaml`` is how a run starts its environment;
-``MyEnv.cli()`` (``python my_env.py serve --config run.yaml``) is the same without the file argument. This module
-runs a class it is given: ``BaseEnv.cli()`` imports it, so it never imports ``hermes_nb.env.base`` at runtime,
-and finding the class a file names (``hermes_nb.env.loading``) is left to ``hermes_nb.env.__main__``.
+``python -m hermes_nb.env_runtime serve path/to/env.py[:Class] --config run.yaml`` is how a run starts its
+environment; ``MyEnv.cli()`` (``python my_env.py serve --config run.yaml``) hands over to the same command with its
+own file and class. This module runs a class it is given; finding the class a file names
+(``hermes_nb.env_runtime.loading``) is left to ``hermes_nb.env_runtime.__main__``.
 """
 
 from __future__ import annotations
@@ -13,16 +13,12 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from hermes_nb.config import RunConfig
-from hermes_nb.env.configure import build_env_config
+from hermes_nb.env.base import BaseEnv
+from hermes_nb.env_runtime.env_config import build_env_config
 from hermes_nb.errors import HermesNBError
-
-if TYPE_CHECKING:
-    # Annotations only: BaseEnv.cli() imports this module.
-    from hermes_nb.env.base import BaseEnv
 
 logger = logging.getLogger(__name__)
 
@@ -31,22 +27,18 @@ LOG_FORMAT = "%(asctime)s env %(levelname)s %(name)s: %(message)s"
 USAGE_ERROR = 2
 
 
-def main_for_class(cls: type[BaseEnv], argv: Sequence[str] | None = None) -> int:
-    """``MyEnv.cli()``: the subcommands, the class already known."""
-    args = build_parser(with_spec=False, prog=cls.__name__).parse_args(argv)
-    return run(args, lambda: cls)
+PROG = "python -m hermes_nb.env_runtime"
 
 
-def build_parser(*, with_spec: bool, prog: str | None = None) -> argparse.ArgumentParser:
-    """The subcommands; ``with_spec``: each takes the environment file first (``python -m hermes_nb.env``)."""
-    parser = argparse.ArgumentParser(prog=prog or "python -m hermes_nb.env", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The subcommands, each taking the environment file first."""
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="feed a training run through its trajectory API")
     process = commands.add_parser("process", help="write N scored groups to a JSONL file (no API)")
     evaluate = commands.add_parser("evaluate", help="run the environment's evaluation once")
     for sub in (serve, process, evaluate):
-        if with_spec:
-            sub.add_argument("spec", help="path/to/env.py[:ClassName]")
+        sub.add_argument("spec", help="path/to/env.py[:ClassName]")
     serve.add_argument("--config", required=True, help="the run's config.yaml")
     for sub in (process, evaluate):
         sub.add_argument("--config", help="a run config YAML (its env: section is used)")
@@ -97,7 +89,7 @@ def _server_overrides(args: argparse.Namespace) -> dict[str, str]:
 
 
 async def _dispatch(args: argparse.Namespace, env: BaseEnv) -> int:
-    from hermes_nb.env import runtime
+    from hermes_nb.env_runtime import loop as runtime
 
     if args.command == "serve":
         outcome = await runtime.serve(env, args.run_config)

@@ -8,10 +8,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from hermes_nb.protocol.checkpoints import CheckpointRecord
+from hermes_nb.protocol.run_state import TERMINAL_STATUSES
 from hermes_nb.protocol.tinker import TinkerRunInfo
 from hermes_nb.results import Result, format_duration, html_table
 from hermes_nb.runs.damage import Damage
-from hermes_nb.runs.state import TERMINAL_STATUSES
 
 ProcessStateName = Literal["running", "exited", "not started"]
 

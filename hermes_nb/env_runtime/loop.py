@@ -6,7 +6,7 @@ trainer), then poll ``/status-env`` and keep up to ``max_num_workers`` groups in
 workers while the API's queue already holds ``max_batches_offpolicy`` batches (back-pressure, so the policy that
 sampled a group is never far behind the one trained on it), evaluates before training, every
 ``steps_per_eval`` trainer steps and at the end, and exits when the trainer's step reaches ``total_steps``.
-A worker's fault (it raised, its group is malformed, it timed out) skips that group; ``hermes_nb.env.faults``
+A worker's fault (it raised, its group is malformed, it timed out) skips that group; ``hermes_nb.env_runtime.faults``
 says how each is counted and when the run is ended for them.
 """
 
@@ -20,25 +20,22 @@ import signal
 import time
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
 from hermes_nb.config import RunConfig
-from hermes_nb.env import faults
-from hermes_nb.env.api_link import TrajectoryAPIError, TrajectoryLink
-from hermes_nb.env.process_mode import ProcessSummary, process
-from hermes_nb.env.server import InferenceError
-from hermes_nb.env.stats import GroupStats
+from hermes_nb.env.base import BaseEnv
+from hermes_nb.env.inference_client import InferenceError
 from hermes_nb.env.types import Item
+from hermes_nb.env_runtime import faults
+from hermes_nb.env_runtime.process_command import ProcessSummary, process
+from hermes_nb.env_runtime.stats import GroupStats
+from hermes_nb.env_runtime.trajectory_link import TrajectoryAPIError, TrajectoryLink
 from hermes_nb.metrics.logger import MetricsLogger, WandbRunSettings, resolve_wandb_mode
 from hermes_nb.protocol.metrics import ENV_QUEUE_SIZE, EVAL_SECONDS
 from hermes_nb.protocol.run_layout import ENV_METRICS_FILE
 from hermes_nb.protocol.trajectory import RegisterEnv, RegisterEnvResponse, ScoredDataGroup, scores_carry_signal
-
-if TYPE_CHECKING:
-    # Annotations only: BaseEnv.cli() reaches this module, so a runtime import would be a cycle.
-    from hermes_nb.env.base import BaseEnv
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -124,7 +121,7 @@ def env_metrics_logger(env: BaseEnv, run_config: RunConfig) -> MetricsLogger | N
     run_dir = run_config.infra.run_dir
     if not run_dir:
         return None
-    from hermes_nb.runs.wandb_names import env_wandb_run_name, wandb_run_name
+    from hermes_nb.metrics.wandb_names import env_wandb_run_name, wandb_run_name
 
     trainer_name = wandb_run_name(run_config, run_config.infra.run_id or "local")
     mode = resolve_wandb_mode(run_config.wandb.mode) if env.config.use_wandb else "disabled"

@@ -10,7 +10,7 @@ the adapter directory is the result: peft's ``AutoPeftModelForCausalLM.from_pret
 ``checkpoint_weights`` does the same for one checkpoint, into ``<checkpoint>/tinker_weights/`` (kept: a checkpoint
 never changes), for a local run that starts from a Tinker run's weights (``trainer.pretrained_model_path``).
 
-``download_in_child`` / ``checkpoint_weights_in_child`` run them in ``python -m hermes_nb.trainer.tinker_weights
+``download_in_child`` / ``checkpoint_weights_in_child`` run them in ``python -m hermes_nb.tinker.weights
 RUN_DIR`` (``--checkpoint CHECKPOINT_DIR``), so the SDK's threads and connections never live in the caller's
 process (a notebook kernel).
 """
@@ -68,7 +68,7 @@ def archive_url(rest: Any, sampler_path: str) -> str:
 
 
 def _tinker() -> Any:
-    from hermes_nb.trainer.tinker_calls import import_tinker
+    from hermes_nb.tinker.calls import import_tinker
 
     return import_tinker()
 
@@ -130,7 +130,7 @@ def fetch_external(service: Any, rest: Any, state_path: str, target: Path) -> Pa
     its signed URL into ``target``, then delete the export."""
     import httpx
 
-    from hermes_nb.trainer.tinker_calls import resolved
+    from hermes_nb.tinker.calls import resolved
 
     training = resolved(service.create_training_client_from_state(path=state_path))
     export = resolved(training.save_weights_external(name=EXPORT_NAME, ttl_seconds=EXPORT_TTL_S)).path
@@ -166,7 +166,7 @@ def fetch_weights(service: Any, saved: TinkerCheckpoint, target: Path) -> Path:
 def download_weights(saved: TinkerCheckpoint, base_url: str | None, root: Path) -> Path:
     """``saved``'s weights in ``root``: a whole model as exported, the adapter merged into its base when the base
     model is here, else the adapter (its config names the base)."""
-    from hermes_nb.trainer.tinker_calls import connect
+    from hermes_nb.tinker.calls import connect
 
     root.mkdir(exist_ok=True)
     fetched = fetch_weights(connect(base_url), saved, root / ADAPTER_DIR)
@@ -200,7 +200,7 @@ def checkpoint_weights(checkpoint_dir: Path) -> Path:
 def _in_child(args: list[str], what: str) -> Path:
     """Run this module with ``args`` in a child process; a failure is a ``TinkerError`` with the child's one line."""
     done = subprocess.run(
-        [sys.executable, "-m", "hermes_nb.trainer.tinker_weights", *args],
+        [sys.executable, "-m", "hermes_nb.tinker.weights", *args],
         capture_output=True,
         text=True,
         timeout=DOWNLOAD_TIMEOUT_S + 120,

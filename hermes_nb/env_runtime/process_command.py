@@ -12,18 +12,15 @@ import logging
 import time
 from collections import defaultdict, deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
-from hermes_nb.env import faults
+from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.types import Item, SampledCompletion
+from hermes_nb.env_runtime import faults
 from hermes_nb.errors import HermesNBError
 from hermes_nb.protocol.trajectory import ScoredDataGroup
-
-if TYPE_CHECKING:
-    # Annotations only: BaseEnv.cli() reaches this module, so a runtime import would be a cycle.
-    from hermes_nb.env.base import BaseEnv
 
 logger = logging.getLogger(__name__)
 

@@ -3,22 +3,19 @@
 The config is the class's ``config_init()`` defaults overlaid with ``RunConfig.env`` and validated by the class's
 ``env_config_cls``; the locked fields come from the run's infrastructure (where the API and the inference server
 listen, which tokenizer the trainer uses), whatever the file or the user said. The class is given, never looked
-up here: ``BaseEnv.cli()`` reaches this module, so it must not import ``hermes_nb.env.base`` at runtime.
+up here (``hermes_nb.env_runtime.loading`` finds it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import ValidationError
 
-from hermes_nb.config import RunConfig, format_validation_error, locked_env_values
-from hermes_nb.env.config import APIServerConfig, BaseEnvConfig
+from hermes_nb.config import BaseEnvConfig, RunConfig, format_validation_error, locked_env_values
+from hermes_nb.env.base import BaseEnv
+from hermes_nb.env.server_config import APIServerConfig
 from hermes_nb.errors import ConfigError
 from hermes_nb.protocol.auth import SECRET_ENV
-
-if TYPE_CHECKING:
-    from hermes_nb.env.base import BaseEnv
+from hermes_nb.protocol.inference import openai_base_url
 
 
 def build_env_config(env_cls: type[BaseEnv], run_config: RunConfig) -> tuple[BaseEnvConfig, list[APIServerConfig]]:
@@ -42,9 +39,3 @@ def _server_configs(server_configs: list[APIServerConfig], run_config: RunConfig
         update = {"base_url": openai_base_url(url), "api_key_env": SECRET_ENV}
         configs[0] = configs[0].model_copy(update=update)
     return configs
-
-
-def openai_base_url(url: str) -> str:
-    """``http://host:port`` or ``http://host:port/v1`` -> ``http://host:port/v1``."""
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"

@@ -129,7 +129,7 @@ class TinkerEngine:
         if policy is None:
             raise RuntimeError("no policy loaded yet")
         sampler: TinkerSampler = policy.model
-        from hermes_nb.trainer.tinker_calls import import_tinker
+        from hermes_nb.tinker.calls import import_tinker
 
         tinker = import_tinker()
         groups = _groups(rows)
@@ -180,7 +180,7 @@ def checkpoint_policy(model_dir: Any, name: str) -> Policy | None:
     from transformers import AutoConfig, AutoTokenizer
 
     from hermes_nb.protocol.tinker import read_checkpoint
-    from hermes_nb.trainer.tinker_calls import connect, resolved
+    from hermes_nb.tinker.calls import connect, resolved
 
     saved = read_checkpoint(model_dir)
     if saved is None or not saved.sampler_path:

@@ -3,9 +3,9 @@
 The server holds the model: a LoRA adapter of rank ``trainer.lora_rank`` on ``trainer.base_model`` (a name the
 server offers; ``embedded`` names the shipped model's directory, which a self-hosted server on this machine can
 load). ``forward_backward`` sends the batch with Tinker's own ``importance_sampling`` / ``ppo`` losses
-(``hermes_nb.trainer.tinker_datums`` keeps hermes-nb's token-mean), ``optim_step`` the run's Adam settings, and
+(``hermes_nb.tinker.datums`` keeps hermes-nb's token-mean), ``optim_step`` the run's Adam settings, and
 after each step the new weights are published for sampling (``save_weights_and_get_sampling_client``) to the
-run's inference server (``hermes_nb.inference.tinker_engine``).
+run's inference server (``hermes_nb.tinker.engine``).
 
 Checkpoints stay on the server (``save_state``: weights and optimizer, for resume; ``save_weights_for_sampler``:
 the weights to sample from or download). The run directory's ``checkpoints/step_<N>/`` records them: their
@@ -24,7 +24,6 @@ from typing import Any
 
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import TinkerError
-from hermes_nb.inference.tinker_engine import SamplingStats, TinkerSampler
 from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE
 from hermes_nb.protocol.tinker import (
     TinkerCheckpoint,
@@ -33,8 +32,8 @@ from hermes_nb.protocol.tinker import (
     write_checkpoint,
     write_run_info,
 )
-from hermes_nb.trainer import tinker_datums
-from hermes_nb.trainer.tinker_calls import (
+from hermes_nb.tinker import datums as tinker_datums
+from hermes_nb.tinker.calls import (
     RemoteCalls,
     check_base_model,
     connect,
@@ -43,6 +42,7 @@ from hermes_nb.trainer.tinker_calls import (
     sdk_version,
     tinker_model_name,
 )
+from hermes_nb.tinker.engine import SamplingStats, TinkerSampler
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
 
 logger = logging.getLogger(__name__)

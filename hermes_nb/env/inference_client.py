@@ -28,7 +28,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from hermes_nb.env.coalesce import Coalescer
-from hermes_nb.env.config import APIServerConfig
+from hermes_nb.env.server_config import APIServerConfig
 from hermes_nb.env.text_tokens import TextTokenizer, load_text_tokenizer
 from hermes_nb.env.types import SampledBatch, SampledCompletion
 from hermes_nb.errors import HermesNBError

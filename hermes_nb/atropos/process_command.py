@@ -1,7 +1,7 @@
 """How ``rl_test_inference`` runs an atroposlib environment: atroposlib's own ``process`` command, against one
 model under test.
 
-Per model, the test runs ``<environment Python> -m hermes_nb.atropos.process_bridge FILE CLASS --rows PATH --
+Per model, the test runs ``<environment Python> -m hermes_nb.atropos.process_command_bridge FILE CLASS --rows PATH --
 process --config YAML``. The YAML is how atroposlib takes settings, as for ``serve`` (``hermes_nb.atropos.serve``):
 
 - ``env``: the run's config values (``config_init()`` with the user's edits) with the test's ``group_size``, its
@@ -28,10 +28,10 @@ import yaml
 from hermes_nb.atropos.interpreter import env_python_environment
 from hermes_nb.atropos.serve import SERVED_MODEL_NAME, VLLM_SERVER_TYPE
 from hermes_nb.config import RunConfig, base_model_dir
-from hermes_nb.env.configure import openai_base_url
 from hermes_nb.errors import ConfigError
+from hermes_nb.protocol.inference import openai_base_url
 
-PROCESS_BRIDGE_MODULE = "hermes_nb.atropos.process_bridge"
+PROCESS_BRIDGE_MODULE = "hermes_nb.atropos.process_command_bridge"
 # The gateway checks no key; atroposlib's OpenAI client insists on one.
 GATEWAY_API_KEY = "none"
 

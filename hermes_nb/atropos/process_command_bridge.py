@@ -1,12 +1,12 @@
 """Test an atroposlib environment, as it is, against a model. Runs in the environment Python.
 
-    python -m hermes_nb.atropos.process_bridge FILE CLASS --rows PATH -- process --config YAML
+    python -m hermes_nb.atropos.process_command_bridge FILE CLASS --rows PATH -- process --config YAML
 
 FILE is imported as ``python FILE`` imports it, and everything after ``--`` goes to the class's own ``cli()``:
 atroposlib's ``process`` command collects ``total_steps`` groups and writes them to its own file. Around
 atroposlib's ``BaseEnv.handle_send_to_api``, through which ``process`` hands over every scored group, the bridge
 writes each group once more as a row of ``rl_test_inference``'s groups file (``--rows``), the format hermes-nb's
-own ``process`` mode writes (``hermes_nb.env.process_mode``): the group, marked test-only (its tokens are the
+own ``process`` mode writes (``hermes_nb.env_runtime.process_command``): the group, marked test-only (its tokens are the
 environment's reading of text, and it is for looking at, never for training), each completion's prompt, text,
 score and verdict, and the item.
 """
@@ -25,7 +25,7 @@ from typing import Any
 from hermes_nb.atropos.bridge import USAGE_ERROR, class_to_run, one_server_per_declared
 from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
 
-logger = logging.getLogger("hermes_nb.atropos.process_bridge")
+logger = logging.getLogger("hermes_nb.atropos.process_command_bridge")
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:

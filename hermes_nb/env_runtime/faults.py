@@ -19,19 +19,17 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
-from hermes_nb.env.api_link import TrajectoryAPIError
-from hermes_nb.env.stats import GroupStats
+from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.types import Item
+from hermes_nb.env_runtime.stats import GroupStats
+from hermes_nb.env_runtime.trajectory_link import TrajectoryAPIError
 from hermes_nb.protocol.trajectory import ScoredDataGroup, malformed_reason
 
-if TYPE_CHECKING:
-    from hermes_nb.env.base import BaseEnv
-
-logger = logging.getLogger("hermes_nb.env.runtime")
+logger = logging.getLogger("hermes_nb.env_runtime.loop")
 
 # An item is logged with each fault; a long prompt is cut to this many characters of its repr.
 ITEM_REPR_CHARS = 300
