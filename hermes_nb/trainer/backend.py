@@ -1,4 +1,4 @@
-"""The Tinker-shaped interface the training loop talks to, and the factory that picks an implementation.
+"""The Tinker-shaped interface the training loop talks to (its implementations: ``hermes_nb.backends``).
 
 Semantics follow Tinker: ``forward_backward`` accumulates gradients (calling it twice before ``optim_step``
 adds them up), ``optim_step`` applies and clears them. ``save_weights_for_sampler`` publishes the current
@@ -9,8 +9,9 @@ weights as an immutable snapshot for the inference server, so a generation never
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from hermes_nb.config import RunConfig, base_model_dir
 from hermes_nb.protocol.run_layout import CONFIG_FILE
@@ -89,34 +90,9 @@ def initial_weights(config: RunConfig) -> Path | None:
     return Path(earlier) if earlier else None
 
 
-def make_backend(config: RunConfig) -> TrainingBackend:
-    """The backend named by ``trainer.backend``: the architecture of ``trainer.base_model``, with the weights of
-    ``initial_weights(config)`` when set (weights only: the optimizer starts fresh)."""
-    trainer = config.trainer
-    if trainer.backend == "tinker":
-        from hermes_nb.tinker.backend import TinkerBackend
+class BackendParts(NamedTuple):
+    """What a trainer process trains and serves with for ``trainer.backend``: given by its entry point
+    (``hermes_nb.backends.PARTS``), so this package never imports the implementations that build on it."""
 
-        return TinkerBackend(config)
-    from hermes_nb.trainer.local_backend import LocalBackend
-
-    return LocalBackend(
-        model_dir_for(trainer.base_model),
-        lora_rank=trainer.lora_rank,
-        seed=trainer.seed,
-        init_weights=initial_weights(config),
-        device=trainer.device,
-        dtype=trainer.dtype,
-        gradient_checkpointing=trainer.gradient_checkpointing,
-    )
-
-
-def make_engine(config: RunConfig) -> Any:
-    """The inference engine that serves the run's policy for ``trainer.backend``: batched local sampling
-    (``InferenceEngine``), or forwarding to Tinker's sampler (``TinkerEngine``); both publish and sample alike."""
-    if config.trainer.backend == "tinker":
-        from hermes_nb.tinker.engine import TinkerEngine
-
-        return TinkerEngine()
-    from hermes_nb.inference.engine import InferenceEngine
-
-    return InferenceEngine(seed=config.trainer.seed)
+    make_backend: Callable[[RunConfig], TrainingBackend]
+    make_engine: Callable[[RunConfig], Any]

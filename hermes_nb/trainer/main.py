@@ -36,7 +36,7 @@ from hermes_nb.trainer.loop import LoopOutcome
 if TYPE_CHECKING:
     from hermes_nb.inference.engine import InferenceEngine
     from hermes_nb.metrics.logger import MetricsLogger
-    from hermes_nb.trainer.backend import TrainingBackend
+    from hermes_nb.trainer.backend import BackendParts, TrainingBackend
     from hermes_nb.trajectory_api.client import SyncTrajectoryClient
 
 logger = logging.getLogger("hermes_nb.trainer")
@@ -145,7 +145,7 @@ def log_hardware(config: RunConfig) -> None:
     logger.info("local backend on %s (gradient checkpointing %s)", hardware.describe(), checkpointing)
 
 
-def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
+def run(config: RunConfig, run_dir: Path, stop: threading.Event, parts: BackendParts) -> LoopOutcome:
     """Everything the process does, in order; each step waits on readiness, never on a fixed sleep.
 
     Whatever fails after the inference server starts (the model load, the config, the registration), the server,
@@ -153,7 +153,6 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
     import torch
 
     from hermes_nb.inference.engine import Policy
-    from hermes_nb.trainer.backend import make_backend, make_engine
     from hermes_nb.trainer.loop import LoopSettings, registration_for, run_training
     from hermes_nb.trainer.replay import with_replay
     from hermes_nb.trainer.types import SamplerHandle
@@ -164,9 +163,9 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
     torch.manual_seed(trainer.seed)
     log_hardware(config)
     with contextlib.ExitStack() as cleanup:
-        engine = make_engine(config)
+        engine = parts.make_engine(config)
         serve_inference(engine, config.infra.inference_port, cleanup)
-        backend = make_backend(config)
+        backend = parts.make_backend(config)
 
         def publish(handle: SamplerHandle, step: int) -> None:
             engine.publish_weights(handle.policy, step)
@@ -200,7 +199,7 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event) -> LoopOutcome:
         return outcome
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(parts: BackendParts, argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hermes_nb.trainer", description=__doc__)
     parser.add_argument("--config", required=True, type=Path, help="the run's config.yaml")
     args = parser.parse_args(argv)
@@ -217,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         config = RunConfig.load(args.config)
-        outcome = run(config, _run_dir(config, args.config), stop)
+        outcome = run(config, _run_dir(config, args.config), stop, parts)
     except DiskFullError as exc:
         logger.error("%s", exc)
         return DISK_FULL_EXIT

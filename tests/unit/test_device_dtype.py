@@ -15,6 +15,7 @@ import torch
 from datums import completion_datum
 from transformers import AutoModelForCausalLM
 
+from hermes_nb.backends import PARTS, make_backend
 from hermes_nb.config import EnvironmentRef, RunConfig
 from hermes_nb.errors import ConfigError
 from hermes_nb.inference import __main__ as standalone
@@ -25,7 +26,6 @@ from hermes_nb.system import home
 from hermes_nb.system.devices import check_device, resolve_hardware
 from hermes_nb.system.net import LOOPBACK, free_port
 from hermes_nb.testing import make_tiny_chat_model, make_tiny_model
-from hermes_nb.trainer.backend import make_backend
 from hermes_nb.trainer.local_backend import LocalBackend
 from hermes_nb.trainer.main import run
 from hermes_nb.trainer.types import AdamParams, Datum
@@ -124,7 +124,7 @@ def test_the_trainer_refuses_cuda_without_it_before_its_inference_server_starts(
     config = RunConfig.model_validate({"trainer": {"base_model": str(chat_dir), "device": "cuda", "torch_threads": 1}})
     config = config.model_copy(update={"infra": config.infra.model_copy(update={"inference_port": port})})
     with pytest.raises(ConfigError, match="trainer.device: 'cuda' asked for"):
-        run(config, tmp_path, threading.Event())
+        run(config, tmp_path, threading.Event(), PARTS)
     assert not _listening(port)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hermes_nb.backends import PARTS
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import HermesNBError
 from hermes_nb.inference.engine import InferenceEngine
@@ -60,7 +61,7 @@ def test_a_model_that_fails_to_load_stops_the_server_and_the_engine(
     port = free_port()
 
     with pytest.raises(HermesNBError, match="trainer.base_model"):
-        run(_config(str(tmp_path / "no_model_here"), port, "http://127.0.0.1:9"), tmp_path, threading.Event())
+        run(_config(str(tmp_path / "no_model_here"), port, "http://127.0.0.1:9"), tmp_path, threading.Event(), PARTS)
 
     assert not _listening(port)
     assert _server_threads() == []
@@ -73,7 +74,7 @@ def test_a_config_refused_after_the_model_loaded_stops_the_server_and_the_engine
     port = free_port()
 
     with pytest.raises(HermesNBError, match="infra.api_url"):
-        run(_config(str(model_dir), port, None), tmp_path, threading.Event())
+        run(_config(str(model_dir), port, None), tmp_path, threading.Event(), PARTS)
 
     assert not _listening(port)
     assert _server_threads() == []

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hermes_nb.backends import make_backend
 from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.errors import TransferError
 from hermes_nb.inference.engine import InferenceEngine, Policy
@@ -21,7 +22,6 @@ from hermes_nb.protocol.checkpoints import read_checkpoints
 from hermes_nb.protocol.run_layout import CHECKPOINTS_FILE, TRAJECTORIES_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.testing import make_tiny_model, shipped_shape
-from hermes_nb.trainer.backend import make_backend
 from hermes_nb.trainer.checkpoints import record_batch, save_checkpoint
 from hermes_nb.trainer.local_backend import LocalBackend
 from hermes_nb.trainer.loop import LoopSettings, run_training, train_step

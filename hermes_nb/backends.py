@@ -1,0 +1,51 @@
+"""The training backends and inference engines a run can use, picked by ``trainer.backend``.
+
+The one place that knows every implementation: the local backend and batched engine (torch on this machine) and
+the Tinker ones (``hermes_nb.tinker``). The trainer's loop and its inference server speak only their protocols
+(``hermes_nb.trainer.backend.TrainingBackend``, the engine's ``publish`` / ``sample``), and the trainer process's
+entry point (``python -m hermes_nb.trainer``) hands ``PARTS`` to it. Implementations are imported when chosen, so a
+local run never imports the Tinker SDK.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermes_nb.config import RunConfig
+from hermes_nb.trainer.backend import BackendParts, TrainingBackend, initial_weights, model_dir_for
+
+
+def make_backend(config: RunConfig) -> TrainingBackend:
+    """The backend named by ``trainer.backend``: the architecture of ``trainer.base_model``, with the weights of
+    ``initial_weights(config)`` when set (weights only: the optimizer starts fresh)."""
+    trainer = config.trainer
+    if trainer.backend == "tinker":
+        from hermes_nb.tinker.backend import TinkerBackend
+
+        return TinkerBackend(config)
+    from hermes_nb.trainer.local_backend import LocalBackend
+
+    return LocalBackend(
+        model_dir_for(trainer.base_model),
+        lora_rank=trainer.lora_rank,
+        seed=trainer.seed,
+        init_weights=initial_weights(config),
+        device=trainer.device,
+        dtype=trainer.dtype,
+        gradient_checkpointing=trainer.gradient_checkpointing,
+    )
+
+
+def make_engine(config: RunConfig) -> Any:
+    """The inference engine that serves the run's policy for ``trainer.backend``: batched local sampling
+    (``InferenceEngine``), or forwarding to Tinker's sampler (``TinkerEngine``); both publish and sample alike."""
+    if config.trainer.backend == "tinker":
+        from hermes_nb.tinker.engine import TinkerEngine
+
+        return TinkerEngine()
+    from hermes_nb.inference.engine import InferenceEngine
+
+    return InferenceEngine(seed=config.trainer.seed)
+
+
+PARTS = BackendParts(make_backend=make_backend, make_engine=make_engine)
