@@ -1,7 +1,7 @@
 """Reading the samples of a step from a run's ``trajectories.jsonl.gz`` (``hermes_nb.trainer.checkpoints``).
 
-Scores and verdicts are the recorded ones (``ScoredDataGroup.verdicts`` says what correct means); advantages are
-recomputed with the trainer's own function, since the trainer records the batch as it arrived. The text is the
+Scores, verdicts and advantages are the recorded ones (``ScoredDataGroup.verdicts`` says what correct means; the
+trainer records each group with the per-token advantages it trained with). The text is the
 groups' recorded ``messages``, else the token ids decoded by the run's tokenizer (``decode``).
 """
 
@@ -10,12 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from hermes_nb.errors import HermesNBError
+from hermes_nb.protocol.recorded_batches import read_trajectories
 from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
 from hermes_nb.rollouts.decode import decoded_messages, run_tokenizer
 from hermes_nb.rollouts.samples import DEFAULT_SAMPLES, Sample, SampleOrder, SampleView
 from hermes_nb.runs.registry import resolve_run
-from hermes_nb.trainer.advantages import token_advantages
-from hermes_nb.trainer.checkpoints import read_trajectories
 
 ORDERS: tuple[SampleOrder, ...] = ("recorded", "worst", "best")
 
@@ -78,11 +77,11 @@ def _in_range(score: float, low: float | None, high: float | None) -> bool:
 
 def _group_samples(step: int, index: int, group: ScoredDataGroup, tokenizer: Any | None) -> list[Sample]:
     """The members of one group; without recorded ``messages``, text decoded by ``tokenizer`` when there is one."""
-    advantages_G = token_advantages(group)
+    advantages_G = group.advantages
     verdicts_G = group.verdicts()
     samples = []
     for i, (tokens, mask) in enumerate(zip(group.tokens, group.masks, strict=True)):
-        trained = [a for a, m in zip(advantages_G[i], mask, strict=True) if m != MASK_IGNORE]
+        completion_tokens = sum(1 for m in mask if m != MASK_IGNORE)
         if group.messages is not None:
             messages: list[dict[str, Any]] | None = [m.model_dump(mode="json") for m in group.messages[i]]
         else:
@@ -94,11 +93,16 @@ def _group_samples(step: int, index: int, group: ScoredDataGroup, tokenizer: Any
                 member=i,
                 score=group.scores[i],
                 correct=verdicts_G[i],
-                advantage=sum(trained) / len(trained) if trained else 0.0,
+                advantage=None if advantages_G is None else _mean_trained(advantages_G[i], mask),
                 messages=messages,
                 decoded=group.messages is None and messages is not None,
-                prompt_tokens=len(tokens) - len(trained),
-                completion_tokens=len(trained),
+                prompt_tokens=len(tokens) - completion_tokens,
+                completion_tokens=completion_tokens,
             )
         )
     return samples
+
+
+def _mean_trained(advantages_T: list[float], mask_T: list[int]) -> float:
+    trained = [a for a, m in zip(advantages_T, mask_T, strict=True) if m != MASK_IGNORE]
+    return sum(trained) / len(trained) if trained else 0.0

@@ -25,9 +25,9 @@ class Sample(BaseModel):
     member: int  # index in the group
     score: float
     correct: bool
-    # The mean of its per-token advantages over the trained tokens, as the trainer computes them
-    # (hermes_nb.trainer.advantages): one value per sequence unless the environment sent per-token ones.
-    advantage: float
+    # The mean of its per-token advantages over the trained tokens, as the trainer recorded them (one value per
+    # sequence unless the environment sent per-token ones); None for a batch recorded without them.
+    advantage: float | None
     messages: list[dict[str, Any]] | None  # None: no text recorded and no tokenizer to decode the tokens
     decoded: bool = False  # the messages are the token ids decoded (prompt, completion), not recorded ones
     prompt_tokens: int
@@ -39,7 +39,7 @@ class Sample(BaseModel):
         source = " (text decoded from token ids)" if self.decoded else ""
         return (
             f"step {self.step} group {self.group} #{self.member}: score {self.score:.3g} ({verdict}), "
-            f"advantage {self.advantage:+.3f}{source}"
+            f"advantage {'–' if self.advantage is None else f'{self.advantage:+.3f}'}{source}"
         )
 
 

@@ -26,10 +26,10 @@ from hermes_nb.config import RunConfig
 from hermes_nb.errors import ConfigError
 from hermes_nb.metrics.reader import MetricsFileRead
 from hermes_nb.protocol.checkpoints import CheckpointIndex, read_checkpoint_index
+from hermes_nb.protocol.recorded_batches import trajectories_tail
 from hermes_nb.protocol.run_layout import RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, RunStateUnreadable, read_run_state
 from hermes_nb.runs.reconcile import reconcile
-from hermes_nb.trainer.checkpoints import trajectories_tail
 
 # The supervisor's command line names its module and the run id (hermes_nb.runs.launcher.spawn_supervisor).
 SUPERVISOR_MODULE = "hermes_nb.runs.supervisor"

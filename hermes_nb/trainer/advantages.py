@@ -52,6 +52,11 @@ def token_advantages(group: ScoredDataGroup) -> list[list[float]]:
     return rows
 
 
+def with_token_advantages(group: ScoredDataGroup) -> ScoredDataGroup:
+    """``group`` carrying the per-token advantages it is trained with, as the trainer records it."""
+    return group.model_copy(update={"advantages": token_advantages(group)})
+
+
 def sequence_datum(
     tokens: list[int], mask: list[int], advantages_T: list[float], sampling_logprobs: list[float] | None
 ) -> Datum | None:

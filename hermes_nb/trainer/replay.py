@@ -28,9 +28,9 @@ from pathlib import Path
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import TransferError
 from hermes_nb.protocol.metrics import TRAIN_REPLAY_FRACTION
+from hermes_nb.protocol.recorded_batches import read_trajectories
 from hermes_nb.protocol.trajectory import ScoredDataGroup, scores_carry_signal
 from hermes_nb.trainer.advantages import ZERO_OVERRIDE
-from hermes_nb.trainer.checkpoints import read_trajectories
 from hermes_nb.trainer.loop import BatchSource
 
 logger = logging.getLogger(__name__)

@@ -30,13 +30,13 @@ from hermes_nb.api import (
 )
 from hermes_nb.notebook.headless import execute_notebook, png_outputs
 from hermes_nb.protocol import metrics as keys
+from hermes_nb.protocol.recorded_batches import read_trajectories
 from hermes_nb.protocol.run_layout import TRAJECTORIES_FILE
 from hermes_nb.protocol.run_state import read_run_state
 from hermes_nb.protocol.trajectory import MASK_IGNORE
 from hermes_nb.runs.registry import known_run_ids
 from hermes_nb.system import home
 from hermes_nb.system.home import run_paths
-from hermes_nb.trainer.checkpoints import read_trajectories
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -26,19 +26,14 @@ from hermes_nb.config import RunConfig
 from hermes_nb.metrics.logger import MetricsLogger
 from hermes_nb.metrics.reader import read_metrics_file
 from hermes_nb.protocol.checkpoints import read_checkpoint_index, read_checkpoints
+from hermes_nb.protocol.recorded_batches import read_trajectories, trajectories_tail
 from hermes_nb.protocol.run_layout import CHECKPOINTS_FILE, DISK_RESERVE_FILE, TRAJECTORIES_FILE
 from hermes_nb.protocol.run_state import RunState, read_run_state
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.runs.state_file import write_run_state
 from hermes_nb.system.disk import DiskFullError, append_record, disk_full_errno, free_bytes
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer.checkpoints import (
-    load_checkpoint,
-    read_trajectories,
-    record_batch,
-    save_checkpoint,
-    trajectories_tail,
-)
+from hermes_nb.trainer.checkpoints import load_checkpoint, record_batch, save_checkpoint
 from hermes_nb.trainer.local_backend import LocalBackend
 
 torch.set_num_threads(1)

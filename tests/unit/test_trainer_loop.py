@@ -21,11 +21,11 @@ from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.metrics.logger import MetricsLogger
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.checkpoints import read_checkpoints
+from hermes_nb.protocol.recorded_batches import read_trajectories
 from hermes_nb.protocol.run_layout import CHECKPOINTS_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.system.net import free_port
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer.checkpoints import read_trajectories
 from hermes_nb.trainer.local_backend import LocalBackend
 from hermes_nb.trainer.loop import LoopSettings, run_training, train_step
 from hermes_nb.trainer.main import wait_for_final_evaluation
