@@ -22,7 +22,6 @@ from hermes_nb.atropos.interpreter import configured_python
 from hermes_nb.config import LOCKED_FIELDS
 from hermes_nb.errors import ConfigError, UnknownEnvironmentError
 from hermes_nb.model_test.runner import rl_test_inference
-from hermes_nb.results import ConfigView, EditResult, EnvironmentList, SelectionResult
 from hermes_nb.rollouts.api import rl_get_samples
 from hermes_nb.runs.api import (
     rl_check_status,
@@ -35,6 +34,7 @@ from hermes_nb.runs.api import (
 from hermes_nb.selection import discovery, editing, session
 from hermes_nb.selection.current import current_run_config, current_state, ensure_started
 from hermes_nb.selection.discovery import EnvironmentInfo
+from hermes_nb.selection.results import ConfigView, EditResult, EnvironmentList, SelectionResult
 from hermes_nb.selection.schema import read_schema
 from hermes_nb.system import home
 

@@ -35,8 +35,8 @@ from hermes_nb.errors import (
     NoEnvironmentSelectedError,
     UnknownFieldError,
 )
-from hermes_nb.results import ConfigField, ConfigView, LockedField
 from hermes_nb.selection.discovery import EnvironmentInfo
+from hermes_nb.selection.results import ConfigField, ConfigView, LockedField
 from hermes_nb.selection.schema import EnvSchema
 from hermes_nb.selection.session import SessionState
 

@@ -38,8 +38,8 @@ from hermes_nb.notebook.widgets.form_layout import (
     section,
     section_of,
 )
-from hermes_nb.results import ConfigField, ConfigView
 from hermes_nb.selection import session
+from hermes_nb.selection.results import ConfigField, ConfigView
 from hermes_nb.syncio import run_sync
 
 # A stat of the session file each second notices a cell's edit before the user looks back at the form.

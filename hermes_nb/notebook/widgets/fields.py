@@ -13,7 +13,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from hermes_nb.results import ConfigField, LockedField
+from hermes_nb.selection.results import ConfigField, LockedField
 
 # The label column fits the longest dotted names (env.ensure_scores_are_not_same) at the notebook's font size.
 DESCRIPTION_STYLE = {"description_width": "230px"}

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import ipywidgets as widgets
 
 from hermes_nb.config import BaseEnvConfig
-from hermes_nb.results import ConfigField
+from hermes_nb.selection.results import ConfigField
 
 SECTION_TITLES = {"env": "Environment", "trainer": "Trainer", "wandb": "Weights & Biases"}
 OPEN_SECTIONS = frozenset({"env"})

@@ -9,8 +9,8 @@ from typing import Any
 import ipywidgets as widgets
 
 from hermes_nb.errors import HermesNBError
-from hermes_nb.results import SelectionResult
 from hermes_nb.selection.discovery import EnvironmentInfo
+from hermes_nb.selection.results import SelectionResult
 from hermes_nb.syncio import run_sync
 
 SelectionCallback = Callable[[SelectionResult], None]
