@@ -1,4 +1,39 @@
-"""The errors a user can cause. Each carries one clear line: what is wrong, with which name, what is accepted."""
+"""The errors a user can cause. Each carries one clear line: what is wrong, with which name, what is accepted.
+
+Errors that belong to one part are defined beside it (a file name after the class); every one derives from
+``HermesNBError``, so a front end (a magic, the CLI) shows any of them as one line. The whole tree
+(``tests/unit/test_error_tree.py`` draws it from the source and compares)::
+
+    HermesNBError
+      ChatTemplateError (env/chat_render.py)
+        TemplateNotPrefixStable (env/episodes.py)
+      ConfigError
+        InvalidValueError
+        LockedFieldError
+        UnknownFieldError
+      DiskFullError (system/disk.py)
+      EnvironmentLoadError
+        EnvironmentPythonError
+      EpisodeError (env/episodes.py)
+      InferenceError (env/inference_client.py)
+        InferenceRequestRefused (env/inference_client.py)
+      InferenceTestError (model_test/runner.py)
+      LaunchError
+      ModelReferenceError (model_test/targets.py)
+      NoEnvironmentSelectedError
+      NoSamplesError (rollouts/reader.py)
+      ProviderRefused (model_test/endpoints.py)
+      RequestRejected (trajectory_api/state.py)
+      RunStateError
+      ServerStartError (inference/local.py)
+      TinkerError
+      TokenizerUnavailable (env/text_tokens.py)
+      TrajectoryAPIError
+        TrajectoryAPIUnavailable
+      TransferError
+      UnknownEnvironmentError
+      UnknownRunError
+"""
 
 from __future__ import annotations
 
