@@ -151,3 +151,12 @@ def describe_cycles(edges: list[Edge]) -> list[str]:
         inner = sorted({f"{e.source} -> {e.target} ({e.where})" for e in edges if {e.source, e.target} <= members})
         lines.append(" <-> ".join(component) + "\n    " + "\n    ".join(inner))
     return lines
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    """A throw-away package ``pkg`` under ``root`` from ``{relative path: source}``, for the tests of the graph."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root / "pkg"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from import_graph import PACKAGE_DIR, describe_cycles, import_graph, strongly_connected
+from import_graph import PACKAGE_DIR, describe_cycles, import_graph, strongly_connected, write_package
 
 
 def test_hermes_nb_has_no_import_cycle() -> None:
@@ -13,16 +13,8 @@ def test_hermes_nb_has_no_import_cycle() -> None:
     assert not cycles, "import cycles between hermes_nb modules:\n" + "\n".join(cycles)
 
 
-def _write_package(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return root / "pkg"
-
-
 def test_a_lazy_import_inside_a_function_closes_a_cycle(tmp_path: Path) -> None:
-    package = _write_package(
+    package = write_package(
         tmp_path,
         {
             "pkg/__init__.py": "",
@@ -34,7 +26,7 @@ def test_a_lazy_import_inside_a_function_closes_a_cycle(tmp_path: Path) -> None:
 
 
 def test_a_type_checking_import_closes_a_cycle(tmp_path: Path) -> None:
-    package = _write_package(
+    package = write_package(
         tmp_path,
         {
             "pkg/__init__.py": "",
@@ -46,7 +38,7 @@ def test_a_type_checking_import_closes_a_cycle(tmp_path: Path) -> None:
 
 
 def test_a_package_importing_its_children_is_no_cycle(tmp_path: Path) -> None:
-    package = _write_package(
+    package = write_package(
         tmp_path,
         {
             "pkg/__init__.py": "from pkg.sub.child import thing\n",
@@ -59,7 +51,7 @@ def test_a_package_importing_its_children_is_no_cycle(tmp_path: Path) -> None:
 
 
 def test_a_child_importing_a_name_from_its_parent_that_imports_it_is_a_cycle(tmp_path: Path) -> None:
-    package = _write_package(
+    package = write_package(
         tmp_path,
         {
             "pkg/__init__.py": "",
@@ -71,7 +63,7 @@ def test_a_child_importing_a_name_from_its_parent_that_imports_it_is_a_cycle(tmp
 
 
 def test_importing_another_packages_module_runs_that_packages_init(tmp_path: Path) -> None:
-    package = _write_package(
+    package = write_package(
         tmp_path,
         {
             "pkg/__init__.py": "",

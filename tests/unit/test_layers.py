@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from import_graph import PACKAGE_DIR, Edge, import_graph, module_names
+from import_graph import PACKAGE_DIR, Edge, import_graph, module_names, write_package
 
 DOC = PACKAGE_DIR.parent / "docs" / "architecture.md"
 ROW = re.compile(r"^\| (\d+) \| (.+) \|$")
@@ -73,19 +73,11 @@ def test_every_part_of_the_package_has_a_floor() -> None:
     assert parts - set(floors) == set(), f"without a floor: {sorted(parts - set(floors))}"
 
 
-def _write_package(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return root / "pkg"
-
-
 LAYERS = "## Layers\n| floor | packages |\n|---|---|\n| 2 | `high/` |\n| 1 | `low/` |\n"
 
 
 def test_an_upward_import_is_found_even_under_type_checking(tmp_path: Path) -> None:
-    package = _write_package(
+    package = write_package(
         tmp_path,
         {
             "pkg/__init__.py": "",
@@ -100,7 +92,7 @@ def test_an_upward_import_is_found_even_under_type_checking(tmp_path: Path) -> N
 
 
 def test_a_lazy_upward_import_inside_a_function_is_found(tmp_path: Path) -> None:
-    package = _write_package(
+    package = write_package(
         tmp_path,
         {
             "pkg/__init__.py": "",
@@ -115,7 +107,7 @@ def test_a_lazy_upward_import_inside_a_function_is_found(tmp_path: Path) -> None
 
 
 def test_an_entry_point_may_import_any_floor_but_nothing_imports_it(tmp_path: Path) -> None:
-    package = _write_package(
+    package = write_package(
         tmp_path,
         {
             "pkg/__init__.py": "",
