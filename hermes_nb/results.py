@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hermes_nb.frameworks import registry
 from hermes_nb.protocol.auth import secret_from_env
 from hermes_nb.selection.discovery import DiscoveryError, EnvironmentInfo
 from hermes_nb.system import home, secrets
@@ -124,8 +125,9 @@ class EnvironmentList(Result):
 
 
 def _framework_mark(env: EnvironmentInfo) -> str:
-    """``[atroposlib] `` before an atroposlib environment's description (it runs in the environment Python)."""
-    return "[atroposlib] " if env.framework == "atroposlib" else ""
+    """Its framework's mark before an environment's description (``[atroposlib] ``: it runs in the environment
+    Python); none for hermes-nb's own."""
+    return registry.adapter(env.framework).recognition.mark
 
 
 class ConfigField(BaseModel):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -35,7 +36,6 @@ from hermes_nb.errors import ConfigError
 from hermes_nb.metrics.logger import resolve_wandb_mode
 from hermes_nb.protocol.auth import capability_url
 from hermes_nb.protocol.run_layout import ATROPOS_SERVE_FILE, RunPaths
-from hermes_nb.system.secrets import write_private
 
 BRIDGE_MODULE = "hermes_nb.atropos.bridge"
 # The model name sent to the run's inference server, which serves one policy under any name.
@@ -73,17 +73,25 @@ def serve_settings(config: RunConfig, secret: str | None = None, api_secret: str
     return {"env": env, "openai": openai}
 
 
-def serve_argv(
-    config: RunConfig, paths: RunPaths, secret: str | None = None, api_secret: str | None = None
-) -> list[str]:
-    """Write the run's serve settings (mode 0600: they hold the run's secret) and return the command that serves
-    the environment with them."""
+def settings_path(paths: RunPaths) -> Path:
+    """Where the run's serve settings are written (mode 0600: they hold the run's secret)."""
+    return paths.run_dir / ATROPOS_SERVE_FILE
+
+
+def settings_text(config: RunConfig, secret: str | None = None, api_secret: str | None = None) -> str:
+    return yaml_text(serve_settings(config, secret, api_secret))
+
+
+def yaml_text(settings: Mapping[str, Any]) -> str:
+    """``settings`` as the YAML atroposlib's ``--config`` reads, in the order written."""
+    return yaml.safe_dump(dict(settings), sort_keys=False)
+
+
+def serve_argv(config: RunConfig, paths: RunPaths) -> list[str]:
+    """The command that serves the environment with the settings at ``settings_path(paths)``."""
     ref = config.environment
     if ref is None:
         raise ConfigError("no environment selected: call rl_select_environment(name) first")
-    settings_path = paths.run_dir / ATROPOS_SERVE_FILE
-    # Written aside and renamed: the port retry rewrites it, and a reader sees one whole file.
-    write_private(settings_path, yaml.safe_dump(serve_settings(config, secret, api_secret), sort_keys=False))
     python = config.infra.env_python or configured_python()
     bridge_options = [
         "--metrics",
@@ -93,7 +101,7 @@ def serve_argv(
         "--total-steps",
         str(int(config.env_value("total_steps"))),
     ]
-    atroposlib_cli = ["serve", "--config", str(settings_path)]
+    atroposlib_cli = ["serve", "--config", str(settings_path(paths))]
     return [python, "-m", BRIDGE_MODULE, ref.file, ref.class_name, *bridge_options, "--", *atroposlib_cli]
 
 

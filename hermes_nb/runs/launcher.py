@@ -10,10 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hermes_nb.atropos.interpreter import configured_python, env_python
-from hermes_nb.atropos.sizes import check_startable
 from hermes_nb.config import RunConfig, base_model_dir
 from hermes_nb.errors import ConfigError, LaunchError, NoEnvironmentSelectedError
+from hermes_nb.frameworks import registry
 from hermes_nb.protocol.run_layout import RunPaths
 from hermes_nb.runs.external_api import unusable_reason
 from hermes_nb.runs.ids import new_run_id
@@ -44,16 +43,17 @@ def validate_for_start(config: RunConfig) -> None:
         from hermes_nb.trainer.tinker_preflight import check_before_start
 
         check_before_start(config)  # key, server, base model: refused here, before anything is created
-    if config.environment.framework == "atroposlib":
-        validate_atroposlib_environment(config)
+    validate_framework(config)
 
 
-def validate_atroposlib_environment(config: RunConfig) -> None:
-    """Sizes a run can use, and (when this run starts the environment) an environment Python with atroposlib."""
+def validate_framework(config: RunConfig) -> None:
+    """What the environment's framework needs: sizes it can run with, and (when this run starts the
+    environment) an interpreter that can run it (``FrameworkAdapter.python`` raises naming it otherwise)."""
     assert config.environment is not None
-    check_startable(config)
+    adapter = registry.adapter(config.environment.framework)
+    adapter.check_startable(config)
     if config.trainer.start_environment:
-        env_python("atroposlib", config.environment.file)
+        adapter.python(config.environment.file)
 
 
 def validate_trajectory_api(config: RunConfig) -> None:
@@ -90,10 +90,11 @@ def resolve_infrastructure(config: RunConfig, run_id: str, paths: RunPaths) -> R
 
 
 def _env_python(config: RunConfig) -> str | None:
-    """The interpreter an atroposlib environment runs in, as checked by ``validate_for_start``."""
-    if config.environment is None or config.environment.framework != "atroposlib":
+    """The interpreter the environment runs in when its framework's is not hermes-nb's own, as checked by
+    ``validate_for_start``."""
+    if config.environment is None:
         return None
-    return configured_python()
+    return registry.adapter(config.environment.framework).configured_python()
 
 
 def save_redacted(config: RunConfig, path: Path) -> None:
