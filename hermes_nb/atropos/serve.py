@@ -6,8 +6,10 @@ The YAML (``<run>/atropos_serve.yaml``) is how atroposlib takes settings: its ``
 class's ``config_init()`` and its ``openai:`` section over the declared server, each validated by atroposlib's
 own models. The run decides there what it decides for any environment:
 
-- ``env``: every value of the run's config (``RunConfig.env``: the ``config_init()`` values with the user's
-  edits, ``total_steps``, ``batch_size`` and ``group_size`` among them), with the locked fields set by the run:
+- ``env``: every value the run's config sets (``RunConfig.env``: the ``config_init()`` values with the user's
+  edits, ``total_steps``, ``batch_size`` and ``group_size`` among them; an unset one is left out, so atroposlib's
+  own default stands), ``wandb_name`` (the name it registers under: the class's ``name`` when it sets none),
+  and the locked fields set by the run:
   ``rollout_server_url`` (the run's trajectory API), ``tokenizer_name`` (the trainer's model directory),
   ``data_path_to_save_groups`` (none), and ``use_wandb``, on only when the environment's own setting and the
   run's W&B mode both are (atroposlib then reads the project and group from the API's ``/wandb_info``).
@@ -54,8 +56,10 @@ def serve_settings(config: RunConfig, secret: str | None = None, api_secret: str
     only URLs and an API key, so the run's secret goes in as the trajectory API's capability URL (``api_secret``:
     none for an external API) and as the inference server's API key."""
     infra = config.infra
+    # Only what is set: a null would override what atroposlib itself decides for an unset field.
     env = {
-        **config.env,
+        **{name: value for name, value in config.env.items() if value is not None},
+        "wandb_name": registered_name(config),
         "rollout_server_url": capability_url(infra.api_url or "", api_secret),
         "tokenizer_name": infra.tokenizer_name,
         "data_path_to_save_groups": None,
@@ -85,6 +89,19 @@ def settings_text(config: RunConfig, secret: str | None = None, api_secret: str 
 def yaml_text(settings: Mapping[str, Any]) -> str:
     """``settings`` as the YAML atroposlib's ``--config`` reads, in the order written."""
     return yaml.safe_dump(dict(settings), sort_keys=False)
+
+
+def registered_name(config: RunConfig) -> str:
+    """The name the environment registers under (``wandb_name``, sent to ``/register-env``, which needs one):
+    its own setting, else the class's ``name``, as atroposlib's ``serve`` means to fill an unset one (its fill-in
+    sets an attribute of the CLI object that its config merge never reads, so an unset name stays null)."""
+    name = config.env.get("wandb_name")
+    if isinstance(name, str) and name:
+        return name
+    ref = config.environment
+    if ref is None:
+        raise ConfigError("no environment selected: call rl_select_environment(name) first")
+    return ref.name
 
 
 def serve_argv(config: RunConfig, paths: RunPaths) -> list[str]:

@@ -206,6 +206,16 @@ def test_serve_settings_lock_the_runs_urls_tokenizer_and_sizes(tmp_path: Path) -
     assert server["base_url"] == "http://127.0.0.1:4200/v1" and server["server_type"] == "vllm"
 
 
+def test_serve_settings_leave_unset_fields_to_atroposlib_and_name_an_unnamed_environment(tmp_path: Path) -> None:
+    config = atropos_config(tmp_path, wandb_name=None, num_rollouts_to_keep=None)
+
+    env = serve.serve_settings(config)["env"]
+
+    assert "num_rollouts_to_keep" not in env
+    assert env["wandb_name"] == config.environment.name  # type: ignore[union-attr]
+    assert serve.serve_settings(atropos_config(tmp_path, wandb_name="mine"))["env"]["wandb_name"] == "mine"
+
+
 @pytest.mark.parametrize(
     ("use_wandb", "mode", "expected"),
     [(True, "offline", "offline"), (True, "disabled", "disabled"), (False, "online", "disabled")],
