@@ -231,6 +231,18 @@ class InfraConfig(BaseModel):
     env_python: str | None = None
 
 
+class EnvironmentNeeds(BaseModel):
+    """Trainer settings an environment needs to work at all (``BaseEnv.trainer_needs``), read with its schema:
+    its ``base_model`` is applied when it is selected, and a start refuses a base model that cannot serve it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # The model it is written for (an agent environment: a chat model with a tool-calling template); None: any.
+    base_model: str | None = None
+    # Its episodes send ``tools``: the base model's chat template must render them, or the model never sees them.
+    uses_tools: bool = False
+
+
 class EnvironmentRef(BaseModel):
     """Which environment class a run uses: found by discovery, loaded by file path in the child processes."""
 
@@ -240,6 +252,7 @@ class EnvironmentRef(BaseModel):
     class_name: str
     file: str
     framework: EnvFramework = DEFAULT_FRAMEWORK
+    needs: EnvironmentNeeds = Field(default_factory=EnvironmentNeeds)
 
 
 class RunConfig(BaseModel):

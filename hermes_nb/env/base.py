@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from hermes_nb.config import EnvironmentNeeds
 from hermes_nb.env.config import APIServerConfig, BaseEnvConfig
 from hermes_nb.env.scoring import GroupMember, build_scored_group
 from hermes_nb.env.types import Item
@@ -39,6 +40,9 @@ class BaseEnv(ABC):
 
     name: ClassVar[str | None] = None
     env_config_cls: ClassVar[type[BaseEnvConfig]] = BaseEnvConfig
+    # Trainer settings it needs (a base model, one whose template renders tools): applied when it is selected,
+    # checked at start (read by the schema child: hermes_nb.selection.schema_child).
+    trainer_needs: ClassVar[EnvironmentNeeds] = EnvironmentNeeds()
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hermes_nb.config import RunConfig, base_model_dir
+from hermes_nb.config import EMBEDDED_CHAT_MODEL, RunConfig, base_model_dir
 from hermes_nb.errors import ConfigError, LaunchError, NoEnvironmentSelectedError
 from hermes_nb.frameworks import registry
 from hermes_nb.protocol.run_layout import RunPaths
@@ -39,11 +39,39 @@ def validate_for_start(config: RunConfig) -> None:
     if config.trainer.backend == "local":
         model_dir_for(config.trainer.base_model)
         check_device(config.trainer.device)  # a CUDA device this machine lacks (imports torch only for cuda)
+        check_tools_rendered(config)
     if config.trainer.backend == "tinker":
         from hermes_nb.trainer.tinker_preflight import check_before_start
 
         check_before_start(config)  # key, server, base model: refused here, before anything is created
     validate_framework(config)
+
+
+# A tool the base model's chat template is asked to render: its name in the text shows the template writes tools.
+_PROBE_TOOL = {"type": "function", "function": {"name": "hermes_nb_probe_tool", "description": "", "parameters": {}}}
+
+
+def check_tools_rendered(config: RunConfig) -> None:
+    """An environment that sends tools (``EnvironmentNeeds.uses_tools``) needs a base model whose chat template
+    renders them: with any other, every episode would fail at the inference server (HTTP 400) once it runs."""
+    ref = config.environment
+    if ref is None or not ref.needs.uses_tools:
+        return
+    from hermes_nb.env.chat_render import ChatRenderer, ChatTemplateError
+
+    model = config.trainer.base_model
+    try:
+        renderer = ChatRenderer.from_model_dir(base_model_dir(model))
+        text = renderer.render([{"role": "user", "content": "?"}], tools=[_PROBE_TOOL], add_generation_prompt=True)
+        rendered = "hermes_nb_probe_tool" in text
+    except ChatTemplateError:
+        rendered = False
+    if not rendered:
+        suggested = ref.needs.base_model or EMBEDDED_CHAT_MODEL
+        raise ConfigError(
+            f"trainer.base_model: the chat template of {model!r} does not render tools, which {ref.name} gives the "
+            f"model; set trainer.base_model to {suggested!r} (a chat model whose template renders them)"
+        )
 
 
 def validate_framework(config: RunConfig) -> None:

@@ -317,9 +317,13 @@ def _prefixed(exc: ValidationError, section: str) -> str:
 
 def selected_state(state: SessionState, info: EnvironmentInfo, env_schema: EnvSchema) -> SessionState:
     """``state`` with ``info`` selected: its ``config_init()`` values; trainer and W&B settings kept."""
-    ref = {"name": info.name, "class_name": info.class_name, "file": info.file, "framework": info.framework}
+    ref: dict[str, Any] = {"name": info.name, "class_name": info.class_name, "file": info.file}
+    ref |= {"framework": info.framework, "needs": env_schema.needs}
     values = registry.adapter(info.framework).selection_values(env_schema.values)
-    config = RunConfig.model_validate({**state.config.model_dump(mode="json"), "environment": ref, "env": values})
+    data = {**state.config.model_dump(mode="json"), "environment": ref, "env": values}
+    if base_model := env_schema.needs.get("base_model"):  # the model it is written for, as it declares
+        data["trainer"] = {**data["trainer"], "base_model": base_model}
+    config = RunConfig.model_validate(data)
     return SessionState(environment=info, env_schema=env_schema, config=config)
 
 

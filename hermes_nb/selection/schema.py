@@ -42,7 +42,7 @@ HANG_DUMP_GRACE_S = 2.0
 # A frame line of faulthandler's dump: '  File "/path/env.py", line 12 in config_init'.
 _DUMP_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+)$')
 # Bump when the child's answer changes shape, so old disk-cache entries are not read.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 class EnvSchema(BaseModel):
@@ -52,6 +52,8 @@ class EnvSchema(BaseModel):
     json_schema: dict[str, Any]
     values: dict[str, Any]
     server_configs: list[dict[str, Any]] = Field(default_factory=list)
+    # The trainer settings it declares it needs (``EnvironmentNeeds``'s fields; empty: none).
+    needs: dict[str, Any] = Field(default_factory=dict)
     content_hash: str = ""
 
 
