@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from hermes_nb.atropos.interpreter import configured_python
 from hermes_nb.config import LOCKED_FIELDS
 from hermes_nb.errors import ConfigError, UnknownEnvironmentError
+from hermes_nb.frameworks import registry
 from hermes_nb.model_test.runner import rl_test_inference
 from hermes_nb.rollouts.api import rl_get_samples
 from hermes_nb.runs.api import (
@@ -115,10 +115,8 @@ async def rl_load_config(path: str | Path) -> EditResult:
 
 
 def _described(info: EnvironmentInfo) -> str:
-    """The name, and for an atroposlib environment the Python that runs it (atroposlib's own serve command)."""
-    if info.framework != "atroposlib":
-        return info.name
-    return f"{info.name} (atroposlib; read and run by {configured_python()})"
+    """The name, as its framework names it (an atroposlib one: with the Python that runs it)."""
+    return registry.adapter(info.framework).described(info.name)
 
 
 async def _find_environment(name: str) -> EnvironmentInfo:

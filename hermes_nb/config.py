@@ -25,9 +25,11 @@ EMBEDDED_CHAT_MODEL = "embedded-chat"
 LossName = Literal["importance_sampling", "ppo"]
 BackendName = Literal["local", "tinker"]
 WandbMode = Literal["auto", "online", "offline", "disabled"]
-# What an environment is written against: hermes-nb's BaseEnv (run by ``python -m hermes_nb.env_runtime``) or
-# atroposlib's (run as it is, by atroposlib's own ``serve`` CLI in the environment Python: ``hermes_nb.atropos``).
-EnvFramework = Literal["hermes_nb", "atroposlib"]
+# What an environment is written against: the name of a registered framework adapter (hermes_nb.frameworks.registry:
+# hermes-nb's own BaseEnv, atroposlib's, or one registered from outside), checked against the registry where it is
+# used (an unknown name is refused naming the registered ones). The default is hermes-nb's own.
+EnvFramework = str
+DEFAULT_FRAMEWORK = "hermes_nb"
 
 
 # The settings every environment has live here, not in ``hermes_nb.env``, so that the run's config (which reads
@@ -224,8 +226,21 @@ class InfraConfig(BaseModel):
     start_step: int = 0
     init_weights: str | None = None
     replay_trajectories: str | None = None
-    # The Python that runs an atroposlib environment (HERMES_NB_ENV_PYTHON, checked at start: hermes_nb.atropos).
+    # The Python that runs the environment when its framework's is not hermes-nb's own (an atroposlib one:
+    # HERMES_NB_ENV_PYTHON), as checked at start (hermes_nb.frameworks).
     env_python: str | None = None
+
+
+class EnvironmentNeeds(BaseModel):
+    """Trainer settings an environment needs to work at all (``BaseEnv.trainer_needs``), read with its schema:
+    its ``base_model`` is applied when it is selected, and a start refuses a base model that cannot serve it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # The model it is written for (an agent environment: a chat model with a tool-calling template); None: any.
+    base_model: str | None = None
+    # Its episodes send ``tools``: the base model's chat template must render them, or the model never sees them.
+    uses_tools: bool = False
 
 
 class EnvironmentRef(BaseModel):
@@ -236,7 +251,8 @@ class EnvironmentRef(BaseModel):
     name: str
     class_name: str
     file: str
-    framework: EnvFramework = "hermes_nb"
+    framework: EnvFramework = DEFAULT_FRAMEWORK
+    needs: EnvironmentNeeds = Field(default_factory=EnvironmentNeeds)
 
 
 class RunConfig(BaseModel):

@@ -23,7 +23,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from hermes_nb.config import EnvFramework
 from hermes_nb.errors import EnvironmentPythonError
 from hermes_nb.system import home
 
@@ -68,11 +67,9 @@ def configured_python() -> str:
     return str(Path(value).expanduser()) if value else sys.executable
 
 
-def env_python(framework: EnvFramework, file: str) -> str:
-    """The interpreter that reads and runs the environment in ``file``, checked: hermes-nb's own for a hermes-nb
-    environment; the environment Python, which must import atroposlib, for an atroposlib one."""
-    if framework != "atroposlib":
-        return sys.executable
+def env_python(file: str) -> str:
+    """The environment Python that reads and runs the atroposlib environment in ``file``, checked to import
+    atroposlib."""
     python = configured_python()
     require_atroposlib(python, file)
     return python

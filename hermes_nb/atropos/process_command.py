@@ -23,8 +23,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hermes_nb.atropos.interpreter import env_python_environment
 from hermes_nb.atropos.serve import SERVED_MODEL_NAME, VLLM_SERVER_TYPE
 from hermes_nb.config import RunConfig, base_model_dir
@@ -68,14 +66,11 @@ def process_settings(
     return {"env": env, "openai": openai}
 
 
-def process_argv(
-    config: RunConfig, python: str, settings: dict[str, Any], settings_file: Path, rows: Path
-) -> list[str]:
-    """Write ``settings`` to ``settings_file`` and return the command that tests the environment with them."""
+def process_argv(config: RunConfig, python: str, settings_file: Path, rows: Path) -> list[str]:
+    """The command that tests the environment with the settings in ``settings_file``."""
     ref = config.environment
     if ref is None:
         raise ConfigError("no environment selected: call rl_select_environment(name) first")
-    settings_file.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
     bridge = [python, "-m", PROCESS_BRIDGE_MODULE, ref.file, ref.class_name, "--rows", str(rows)]
     return [*bridge, "--", "process", "--config", str(settings_file)]
 

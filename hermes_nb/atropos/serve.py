@@ -6,8 +6,10 @@ The YAML (``<run>/atropos_serve.yaml``) is how atroposlib takes settings: its ``
 class's ``config_init()`` and its ``openai:`` section over the declared server, each validated by atroposlib's
 own models. The run decides there what it decides for any environment:
 
-- ``env``: every value of the run's config (``RunConfig.env``: the ``config_init()`` values with the user's
-  edits, ``total_steps``, ``batch_size`` and ``group_size`` among them), with the locked fields set by the run:
+- ``env``: every value the run's config sets (``RunConfig.env``: the ``config_init()`` values with the user's
+  edits, ``total_steps``, ``batch_size`` and ``group_size`` among them; an unset one is left out, so atroposlib's
+  own default stands), ``wandb_name`` (the name it registers under: the class's ``name`` when it sets none),
+  and the locked fields set by the run:
   ``rollout_server_url`` (the run's trajectory API), ``tokenizer_name`` (the trainer's model directory),
   ``data_path_to_save_groups`` (none), and ``use_wandb``, on only when the environment's own setting and the
   run's W&B mode both are (atroposlib then reads the project and group from the API's ``/wandb_info``).
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -35,7 +38,6 @@ from hermes_nb.metrics.logger import resolve_wandb_mode
 from hermes_nb.protocol.auth import capability_url
 from hermes_nb.protocol.inference import openai_base_url
 from hermes_nb.protocol.run_layout import ATROPOS_SERVE_FILE, RunPaths
-from hermes_nb.system.secrets import write_private
 
 BRIDGE_MODULE = "hermes_nb.atropos.bridge"
 # The model name sent to the run's inference server, which serves one policy under any name.
@@ -54,8 +56,10 @@ def serve_settings(config: RunConfig, secret: str | None = None, api_secret: str
     only URLs and an API key, so the run's secret goes in as the trajectory API's capability URL (``api_secret``:
     none for an external API) and as the inference server's API key."""
     infra = config.infra
+    # Only what is set: a null would override what atroposlib itself decides for an unset field.
     env = {
-        **config.env,
+        **{name: value for name, value in config.env.items() if value is not None},
+        "wandb_name": registered_name(config),
         "rollout_server_url": capability_url(infra.api_url or "", api_secret),
         "tokenizer_name": infra.tokenizer_name,
         "data_path_to_save_groups": None,
@@ -73,17 +77,38 @@ def serve_settings(config: RunConfig, secret: str | None = None, api_secret: str
     return {"env": env, "openai": openai}
 
 
-def serve_argv(
-    config: RunConfig, paths: RunPaths, secret: str | None = None, api_secret: str | None = None
-) -> list[str]:
-    """Write the run's serve settings (mode 0600: they hold the run's secret) and return the command that serves
-    the environment with them."""
+def settings_path(paths: RunPaths) -> Path:
+    """Where the run's serve settings are written (mode 0600: they hold the run's secret)."""
+    return paths.run_dir / ATROPOS_SERVE_FILE
+
+
+def settings_text(config: RunConfig, secret: str | None = None, api_secret: str | None = None) -> str:
+    return yaml_text(serve_settings(config, secret, api_secret))
+
+
+def yaml_text(settings: Mapping[str, Any]) -> str:
+    """``settings`` as the YAML atroposlib's ``--config`` reads, in the order written."""
+    return yaml.safe_dump(dict(settings), sort_keys=False)
+
+
+def registered_name(config: RunConfig) -> str:
+    """The name the environment registers under (``wandb_name``, sent to ``/register-env``, which needs one):
+    its own setting, else the class's ``name``, as atroposlib's ``serve`` means to fill an unset one (its fill-in
+    sets an attribute of the CLI object that its config merge never reads, so an unset name stays null)."""
+    name = config.env.get("wandb_name")
+    if isinstance(name, str) and name:
+        return name
     ref = config.environment
     if ref is None:
         raise ConfigError("no environment selected: call rl_select_environment(name) first")
-    settings_path = paths.run_dir / ATROPOS_SERVE_FILE
-    # Written aside and renamed: the port retry rewrites it, and a reader sees one whole file.
-    write_private(settings_path, yaml.safe_dump(serve_settings(config, secret, api_secret), sort_keys=False))
+    return ref.name
+
+
+def serve_argv(config: RunConfig, paths: RunPaths) -> list[str]:
+    """The command that serves the environment with the settings at ``settings_path(paths)``."""
+    ref = config.environment
+    if ref is None:
+        raise ConfigError("no environment selected: call rl_select_environment(name) first")
     python = config.infra.env_python or configured_python()
     bridge_options = [
         "--metrics",
@@ -93,7 +118,7 @@ def serve_argv(
         "--total-steps",
         str(int(config.env_value("total_steps"))),
     ]
-    atroposlib_cli = ["serve", "--config", str(settings_path)]
+    atroposlib_cli = ["serve", "--config", str(settings_path(paths))]
     return [python, "-m", BRIDGE_MODULE, ref.file, ref.class_name, *bridge_options, "--", *atroposlib_cli]
 
 

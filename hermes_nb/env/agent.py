@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from hermes_nb.config import BaseEnvConfig
+from hermes_nb.config import EMBEDDED_CHAT_MODEL, BaseEnvConfig, EnvironmentNeeds
 from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.chat_render import ChatRenderer, load_chat_renderer
 from hermes_nb.env.episodes import Episode, ask_all
@@ -71,6 +71,8 @@ class AgentEnv(GeneratedItems, BaseEnv):
     """Subclass it: set ``name``, implement ``generate_problem``, ``tools`` and ``call_tool``."""
 
     env_config_cls: ClassVar[type[BaseEnvConfig]] = AgentEnvConfig
+    # Episodes send their tools through the chat template: the shipped chat model's renders them.
+    trainer_needs: ClassVar[EnvironmentNeeds] = EnvironmentNeeds(base_model=EMBEDDED_CHAT_MODEL, uses_tools=True)
     # The system message of every episode (before the tools block the template writes); None: no system turn.
     system_prompt: ClassVar[str | None] = None
     # Held-out items whose greedy episodes run at once per evaluation worker: each turn of each is its own request

@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hermes_nb.config import BaseEnvConfig
+from hermes_nb.config import BaseEnvConfig, EnvironmentNeeds
 from hermes_nb.env.scoring import GroupMember, build_scored_group
 from hermes_nb.env.server_config import APIServerConfig
 from hermes_nb.env.types import Item
@@ -47,6 +47,9 @@ class BaseEnv(ABC):
 
     name: ClassVar[str | None] = None
     env_config_cls: ClassVar[type[BaseEnvConfig]] = BaseEnvConfig
+    # Trainer settings it needs (a base model, one whose template renders tools): applied when it is selected,
+    # checked at start (read by the schema child: hermes_nb.selection.schema_child).
+    trainer_needs: ClassVar[EnvironmentNeeds] = EnvironmentNeeds()
 
     def __init__(
         self,

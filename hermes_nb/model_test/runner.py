@@ -1,8 +1,9 @@
 """``await rl_test_inference(num_steps, group_size, models)``: does the selected environment work, and how well
 does each model do on it, before a run is spent?
 
-Per model, the environment runs in ``process`` mode in a CHILD process (``python -m hermes_nb.env_runtime process``), so
-a broken environment cannot take the caller down; a local model is served by a temporary inference server
+Per model, the environment runs in ``process`` mode in a CHILD process (the command its framework's adapter
+gives: ``python -m hermes_nb.env_runtime process`` for hermes-nb's own environments), so a broken environment
+cannot take the caller down; a local model is served by a temporary inference server
 (``hermes_nb.inference.local``) that is stopped afterwards whatever happens. Models are tested concurrently.
 Every failure (a broken environment, an unreachable endpoint, a server that would not start, a timeout) becomes
 that model's outcome, never an exception. Files go to ``<home>/inference_tests/<timestamp>/``.
@@ -21,7 +22,6 @@ import json
 import logging
 import os
 import re
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from hermes_nb.atropos.interpreter import env_python
 from hermes_nb.config import BaseEnvConfig, RunConfig
 from hermes_nb.errors import HermesNBError
+from hermes_nb.frameworks import registry
+from hermes_nb.frameworks.contract import ChildCommand, FrameworkAdapter, ModelTestRequest
 from hermes_nb.model_test.hosted import HostedModelsConfig, how_to_add_hosted_models, load_hosted_config
 from hermes_nb.model_test.results import (
     InferenceTestResult,
@@ -71,7 +72,7 @@ class InferenceTestError(HermesNBError):
 class _Plan:
     """What every model's test shares."""
 
-    env_spec: str  # path/to/env.py:ClassName
+    framework: FrameworkAdapter
     config: RunConfig  # the run's, with the test's group size
     config_path: Path
     output_dir: Path
@@ -79,7 +80,7 @@ class _Plan:
     timeout_s: float
     threads: int | None
     hosted: HostedModelsConfig
-    env_python: str  # the interpreter that runs the environment (checked: an atroposlib one imports atroposlib)
+    env_python: str  # the interpreter that runs the environment, as its framework's adapter checked it
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class _Files:
     output: Path
     env_log: Path
     server_log: Path
-    stem: Path  # of the files an atroposlib environment's test adds (its settings, atroposlib's own groups file)
+    stem: Path  # of the files a framework's test may add (an atroposlib one's settings and own groups file)
 
 
 def _files(plan: _Plan, index: int, target: ModelTarget) -> _Files:
@@ -121,8 +122,9 @@ async def rl_test_inference(
     home.load_keys()  # a provider key may live in a .env file, and it decides the default model set
     hosted = load_hosted_config()
     targets = resolve_targets(models, config, hosted)
-    python = env_python(config.environment.framework, config.environment.file)  # before anything is written
-    plan = _plan(config, num_steps, group_size, timeout_s, threads, hosted, python)
+    framework = registry.adapter(config.environment.framework)
+    python = framework.python(config.environment.file)  # checked before anything is written
+    plan = _plan(config, num_steps, group_size, timeout_s, threads, hosted, framework, python)
     # Imported here: the gateway brings the HTTP stack, which `import hermes_nb` and its core API do without.
     from hermes_nb.model_test.gateway import Gateway
 
@@ -160,15 +162,14 @@ def _plan(
     timeout_s: float,
     threads: int | None,
     hosted: HostedModelsConfig,
+    framework: FrameworkAdapter,
     python: str,
 ) -> _Plan:
-    assert config.environment is not None
     output_dir = _new_output_dir()
     test_config = config.model_copy(update={"env": {**config.env, "group_size": group_size}})
     config_path = output_dir / CONFIG_FILE
     test_config.save(config_path)  # holds no key: keys are never part of a RunConfig
-    spec = f"{config.environment.file}:{config.environment.class_name}"
-    return _Plan(spec, test_config, config_path, output_dir, num_steps, timeout_s, threads, hosted, python)
+    return _Plan(framework, test_config, config_path, output_dir, num_steps, timeout_s, threads, hosted, python)
 
 
 def _new_output_dir() -> Path:
@@ -277,58 +278,30 @@ async def _probe(url: str) -> str | None:
     return None
 
 
-def _env_argv(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> list[str]:
-    if _is_atroposlib(plan):
-        return _atroposlib_argv(plan, target, url, files)
-    argv = [
-        sys.executable,
-        "-m",
-        "hermes_nb.env_runtime",
-        "process",
-        plan.env_spec,
-        "--num-groups",
-        str(plan.num_steps),
-    ]
-    argv += ["--output", str(files.output), "--inference-url", url, "--config", str(plan.config_path)]
-    if target.model_name:
-        argv += ["--model-name", target.model_name]  # for its log: the gateway decides what the endpoint is sent
-    return argv
-
-
-def _atroposlib_argv(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> list[str]:
-    """atroposlib's own ``process`` command, through the bridge that writes the test's groups file."""
-    from hermes_nb.atropos.process_command import process_argv, process_settings
-
-    group_size = int(plan.config.env["group_size"])
-    atropos_groups = Path(f"{files.stem}.atropos.jsonl")  # atroposlib's own file, with its HTML page beside it
-    settings = process_settings(
-        plan.config,
+def _env_command(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> ChildCommand:
+    """The environment's child for one model, as its framework's adapter runs a test."""
+    request = ModelTestRequest(
+        config=plan.config,
+        config_path=plan.config_path,
+        python=plan.env_python,
+        base_environment=child_environment(),
         num_groups=plan.num_steps,
-        group_size=group_size,
+        group_size=int(plan.config.env_value("group_size")),
         model_url=url,
         model_name=target.model_name,
         local=target.kind == "local",
-        groups_file=atropos_groups,
+        output=files.output,
+        stem=files.stem,
     )
-    return process_argv(plan.config, plan.env_python, settings, Path(f"{files.stem}.atropos.yaml"), files.output)
-
-
-def _is_atroposlib(plan: _Plan) -> bool:
-    return plan.config.environment is not None and plan.config.environment.framework == "atroposlib"
-
-
-def _child_environment(plan: _Plan) -> dict[str, str]:
-    if not _is_atroposlib(plan):
-        return child_environment()
-    from hermes_nb.atropos.process_command import process_environment
-
-    return process_environment(child_environment())
+    return plan.framework.model_test(request)
 
 
 async def _run_environment(plan: _Plan, target: ModelTarget, url: str, files: _Files) -> Outcome:
     from hermes_nb.inference.local import POLL_S, stop_child
 
-    proc = spawn_group(_env_argv(plan, target, url, files), files.env_log, _child_environment(plan))
+    command = _env_command(plan, target, url, files)
+    command.write_files()
+    proc = spawn_group(command.argv, files.env_log, command.environment)
     try:
         while proc.poll() is None:
             await asyncio.sleep(POLL_S)

@@ -10,10 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hermes_nb.atropos.interpreter import configured_python, env_python
-from hermes_nb.atropos.sizes import check_startable
-from hermes_nb.config import RunConfig, base_model_dir, locked_env_values
+from hermes_nb.config import EMBEDDED_CHAT_MODEL, RunConfig, base_model_dir, locked_env_values
 from hermes_nb.errors import ConfigError, LaunchError, NoEnvironmentSelectedError
+from hermes_nb.frameworks import registry
 from hermes_nb.metrics.wandb_names import wandb_run_name
 from hermes_nb.protocol.redaction import without_secrets
 from hermes_nb.protocol.run_layout import RunPaths
@@ -43,20 +42,49 @@ def validate_for_start(config: RunConfig) -> None:
     if config.trainer.backend == "local":
         model_dir_for(config.trainer.base_model)
         check_device(config.trainer.device)  # a CUDA device this machine lacks (imports torch only for cuda)
+        check_tools_rendered(config)
     if config.trainer.backend == "tinker":
         from hermes_nb.tinker.preflight import check_before_start
 
         check_before_start(config)  # key, server, base model: refused here, before anything is created
-    if config.environment.framework == "atroposlib":
-        validate_atroposlib_environment(config)
+    validate_framework(config)
 
 
-def validate_atroposlib_environment(config: RunConfig) -> None:
-    """Sizes a run can use, and (when this run starts the environment) an environment Python with atroposlib."""
+# A tool the base model's chat template is asked to render: its name in the text shows the template writes tools.
+_PROBE_TOOL = {"type": "function", "function": {"name": "hermes_nb_probe_tool", "description": "", "parameters": {}}}
+
+
+def check_tools_rendered(config: RunConfig) -> None:
+    """An environment that sends tools (``EnvironmentNeeds.uses_tools``) needs a base model whose chat template
+    renders them: with any other, every episode would fail at the inference server (HTTP 400) once it runs."""
+    ref = config.environment
+    if ref is None or not ref.needs.uses_tools:
+        return
+    from hermes_nb.env.chat_render import ChatRenderer, ChatTemplateError
+
+    model = config.trainer.base_model
+    try:
+        renderer = ChatRenderer.from_model_dir(base_model_dir(model))
+        text = renderer.render([{"role": "user", "content": "?"}], tools=[_PROBE_TOOL], add_generation_prompt=True)
+        rendered = "hermes_nb_probe_tool" in text
+    except ChatTemplateError:
+        rendered = False
+    if not rendered:
+        suggested = ref.needs.base_model or EMBEDDED_CHAT_MODEL
+        raise ConfigError(
+            f"trainer.base_model: the chat template of {model!r} does not render tools, which {ref.name} gives the "
+            f"model; set trainer.base_model to {suggested!r} (a chat model whose template renders them)"
+        )
+
+
+def validate_framework(config: RunConfig) -> None:
+    """What the environment's framework needs: sizes it can run with, and (when this run starts the
+    environment) an interpreter that can run it (``FrameworkAdapter.python`` raises naming it otherwise)."""
     assert config.environment is not None
-    check_startable(config)
+    adapter = registry.adapter(config.environment.framework)
+    adapter.check_startable(config)
     if config.trainer.start_environment:
-        env_python("atroposlib", config.environment.file)
+        adapter.python(config.environment.file)
 
 
 def validate_trajectory_api(config: RunConfig) -> None:
@@ -93,10 +121,11 @@ def resolve_infrastructure(config: RunConfig, run_id: str, paths: RunPaths) -> R
 
 
 def _env_python(config: RunConfig) -> str | None:
-    """The interpreter an atroposlib environment runs in, as checked by ``validate_for_start``."""
-    if config.environment is None or config.environment.framework != "atroposlib":
+    """The interpreter the environment runs in when its framework's is not hermes-nb's own, as checked by
+    ``validate_for_start``."""
+    if config.environment is None:
         return None
-    return configured_python()
+    return registry.adapter(config.environment.framework).configured_python()
 
 
 def save_redacted(config: RunConfig, path: Path) -> None:

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 import httpx
 import psutil
 
-from hermes_nb.atropos import serve as atropos_serve
 from hermes_nb.config import RunConfig
+from hermes_nb.frameworks import registry
+from hermes_nb.frameworks.contract import ChildCommand, ServeRequest
 from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV, bearer_headers
 from hermes_nb.protocol.run_layout import PROCESS_NAMES, RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
@@ -106,10 +107,11 @@ class Supervisor:
         self.stop_requested = True
 
     # ---- launching ---------------------------------------------------------------------------------------
-    def launch(self, name: str, argv: list[str]) -> Child:
+    def launch(self, name: str, argv: list[str], environment: dict[str, str] | None = None) -> Child:
         log_path = self.paths.logs[name]
         offset = log_path.stat().st_size if log_path.is_file() else 0
-        popen, record = processes.spawn(name, argv, log_path, env=self.environment_for(name))
+        env = environment if environment is not None else self.environment_for(name)
+        popen, record = processes.spawn(name, argv, log_path, env=env)
         child = Child(record=record, popen=popen, log_offset=offset)
         self.children[name] = child
         self.state.processes[name] = record
@@ -163,31 +165,35 @@ class Supervisor:
         return None
 
     def environment_for(self, name: str) -> dict[str, str]:
+        """A child's process environment: this one's, with the run's secrets (``protocol.auth``)."""
         base = {k: v for k, v in processes.child_environment().items() if k not in (SECRET_ENV, API_SECRET_ENV)}
         if self.secret:
             base[SECRET_ENV] = self.secret
         if api_secret := self.api_secret():
             base[API_SECRET_ENV] = api_secret
-        if name == "env" and self.runs_atroposlib():
-            return atropos_serve.serve_environment(self.config, base)
         return base
 
     def api_secret(self) -> str | None:
         """The secret for the run's trajectory API: none for an external API, which is not ours."""
         return None if external_trajectory_api.external_url(self.config) is not None else self.secret
 
-    def runs_atroposlib(self) -> bool:
-        """Whether the environment is an atroposlib one: served by atroposlib's CLI in the environment Python."""
-        return self.config.environment is not None and self.config.environment.framework == "atroposlib"
-
-    def argv_for(self, name: str) -> list[str]:
-        infra, config_path = self.config.infra, str(self.paths.config)
+    def command_for(self, name: str) -> ChildCommand:
+        """How the run's process ``name`` starts, from one table; the environment's from its framework's adapter,
+        which also names the files it reads (written for these ports by ``start_all``)."""
         env_ref = self.config.environment
         assert env_ref is not None  # the launcher refuses to start without one
-        if name == "env" and self.runs_atroposlib():
-            # Writes its settings for these ports (the secret too: atroposlib takes only URLs and keys).
-            return atropos_serve.serve_argv(self.config, self.paths, self.secret, self.api_secret())
-        return {
+        base = self.environment_for(name)
+        if name == "env":
+            request = ServeRequest(
+                config=self.config,
+                paths=self.paths,
+                base_environment=base,
+                secret=self.secret,
+                api_secret=self.api_secret(),
+            )
+            return registry.adapter(env_ref.framework).serve(request)
+        infra, config_path = self.config.infra, str(self.paths.config)
+        argv = {
             "api": [
                 sys.executable,
                 "-m",
@@ -200,16 +206,8 @@ class Supervisor:
                 str(self.config.max_queued_sequences()),
             ],
             "trainer": [sys.executable, "-m", "hermes_nb.trainer", "--config", config_path],
-            "env": [
-                sys.executable,
-                "-m",
-                "hermes_nb.env",
-                "serve",
-                f"{env_ref.file}:{env_ref.class_name}",
-                "--config",
-                config_path,
-            ],
         }[name]
+        return ChildCommand(argv=argv, environment=base)
 
     def start_all(self) -> LaunchOutcome:
         """Bring the run up in dependency order: API healthy, then trainer registered, then environment registered.
@@ -226,7 +224,9 @@ class Supervisor:
                 return outcome
         names = self.process_names()
         for name in names:
-            self.launch(name, self.argv_for(name))
+            command = self.command_for(name)
+            command.write_files()  # written aside and renamed: a port retry rewrites them, a reader sees whole files
+            self.launch(name, command.argv, command.environment)
         waits: list[tuple[str, Callable[[], bool], float, str]] = [
             ("api", lambda: self.api_readiness() is not None, API_START_TIMEOUT, "the API's /status"),
             (

@@ -1,11 +1,11 @@
 """Find environments by reading source files (AST), never by importing them.
 
-A class counts as an environment if it derives from ``BaseEnv`` (``hermes_nb.env.BaseEnv`` or
-``atroposlib.envs.base.BaseEnv``, under any import alias), directly or through another class found in any scanned
-file; its ``framework`` says which of the two it derives from (an atroposlib one runs as it is, through
-``hermes_nb.atropos``). Each file's parse is cached by ``(path, mtime_ns, size)``, so an unchanged tree costs one
-``stat`` per file and a new or edited file is seen on the next call. A file that does not parse is reported with
-its line and does not stop the scan.
+A class counts as an environment if it derives from a root base class an environment framework claims
+(``hermes_nb.frameworks``: ``hermes_nb.env.BaseEnv``, ``atroposlib.envs.base.BaseEnv``, ..., under any import
+alias), directly or through another class found in any scanned file; its ``framework`` names the framework whose
+root base it derives from, whose adapter reads, runs and tests it. Each file's parse is cached by
+``(path, mtime_ns, size)``, so an unchanged tree costs one ``stat`` per file and a new or edited file is seen on
+the next call. A file that does not parse is reported with its line and does not stop the scan.
 """
 
 from __future__ import annotations
@@ -19,17 +19,11 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from hermes_nb.config import EnvFramework
+from hermes_nb.frameworks import registry
 from hermes_nb.system import home
 
-# The base classes an environment may derive from. Matched on the class name after resolving import aliases,
-# so ``from atroposlib.envs.base import BaseEnv as AEnv`` and ``import atroposlib.envs.base as b; b.BaseEnv`` count,
-# and so does a star import (the name is all we have then).
-# QAEnv and AgentEnv: hermes_nb.env's BaseEnvs for prompt -> answer tasks and for multi-turn agent tasks.
-ROOT_BASE_NAMES = frozenset({"BaseEnv", "QAEnv", "AgentEnv"})
 DEFAULT_CONFIG_CLASS = "BaseEnvConfig"
 ABSTRACT_MARKERS = frozenset({"ABC", "abc.ABC", "Protocol", "typing.Protocol"})
-# A root base whose resolved name starts here is atroposlib's; any other (a bare name included) is hermes-nb's.
-ATROPOSLIB_PREFIX = "atroposlib."
 
 
 class EnvironmentInfo(BaseModel):
@@ -38,7 +32,7 @@ class EnvironmentInfo(BaseModel):
     file: str
     description: str
     config_class: str
-    framework: EnvFramework = "hermes_nb"
+    framework: EnvFramework = registry.DEFAULT_FRAMEWORK
 
 
 class DiscoveryProblem(BaseModel):
@@ -88,7 +82,9 @@ def scan(search_path: list[Path] | None = None) -> tuple[list[EnvironmentInfo], 
     dirs = search_path if search_path is not None else home.environment_search_path()
     with _CACHE.lock:
         stats = _stat_tree(dirs)
-        signature = tuple((path, key[0], key[1]) for path, key in stats)
+        # The registered frameworks decide what counts as an environment: registering one re-resolves the tree.
+        frameworks = tuple((name, 0, 0) for name in registry.names())
+        signature = frameworks + tuple((path, key[0], key[1]) for path, key in stats)
         if signature == _CACHE.signature and _CACHE.result is not None:
             return list(_CACHE.result[0]), list(_CACHE.result[1])
         scans = [_scan_cached(path, key) for path, key in stats]
@@ -316,9 +312,9 @@ class _EnvClassifier:
         return None
 
     def framework(self, file_scan: FileScan, record: ClassRecord) -> EnvFramework:
-        """atroposlib when the ``BaseEnv`` at the root of the class's chain is atroposlib's."""
+        """The framework that claims the root base of the class's chain."""
         found = self._parent(file_scan, record, set())
-        return "atroposlib" if found is not None and found[1].startswith(ATROPOSLIB_PREFIX) else "hermes_nb"
+        return (root_framework(found[1]) if found is not None else None) or registry.DEFAULT_FRAMEWORK
 
     def _parent(
         self, file_scan: FileScan, record: ClassRecord, visiting: set[tuple[str, str]]
@@ -331,7 +327,7 @@ class _EnvClassifier:
         visiting.add(key)
         for base in record.bases:
             short = base.rsplit(".", 1)[-1]
-            if short in ROOT_BASE_NAMES:
+            if root_framework(base) is not None:
                 return None, base
             for candidate in self._candidates(file_scan, base, short):
                 found = self._parent(*candidate, visiting)
@@ -349,3 +345,15 @@ class _EnvClassifier:
         module = base.rsplit(".", 1)[0].lstrip(".").rsplit(".", 1)[-1] if "." in base else ""
         preferred = [c for c in found if c[0].stem == module]
         return preferred or found
+
+
+def root_framework(base: str) -> str | None:
+    """The framework whose root base class the resolved name ``base`` is: the adapter that claims its package,
+    else one that claims unqualified names (a star import, a relative import: the class name is all we have),
+    else ``None`` (not a root base)."""
+    recognitions = [(a.name, a.recognition) for a in registry.adapters()]
+    by_package = next((name for name, r in recognitions if r.claims(base)), None)
+    if by_package is not None:
+        return by_package
+    short = base.rsplit(".", 1)[-1]
+    return next((name for name, r in recognitions if r.claims_unqualified and short in r.base_classes), None)

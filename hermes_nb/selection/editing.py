@@ -18,7 +18,6 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model
 
-from hermes_nb.atropos.sizes import selection_values
 from hermes_nb.config import (
     LOCKED_FIELDS,
     BaseEnvConfig,
@@ -35,6 +34,7 @@ from hermes_nb.errors import (
     NoEnvironmentSelectedError,
     UnknownFieldError,
 )
+from hermes_nb.frameworks import registry
 from hermes_nb.selection.discovery import EnvironmentInfo
 from hermes_nb.selection.results import ConfigField, ConfigView, LockedField
 from hermes_nb.selection.schema import EnvSchema
@@ -324,9 +324,13 @@ def _prefixed(exc: ValidationError, section: str) -> str:
 
 def selected_state(state: SessionState, info: EnvironmentInfo, env_schema: EnvSchema) -> SessionState:
     """``state`` with ``info`` selected: its ``config_init()`` values; trainer and W&B settings kept."""
-    ref = {"name": info.name, "class_name": info.class_name, "file": info.file, "framework": info.framework}
-    values = selection_values(env_schema.values) if info.framework == "atroposlib" else env_schema.values
-    config = RunConfig.model_validate({**state.config.model_dump(mode="json"), "environment": ref, "env": values})
+    ref: dict[str, Any] = {"name": info.name, "class_name": info.class_name, "file": info.file}
+    ref |= {"framework": info.framework, "needs": env_schema.needs}
+    values = registry.adapter(info.framework).selection_values(env_schema.values)
+    data = {**state.config.model_dump(mode="json"), "environment": ref, "env": values}
+    if base_model := env_schema.needs.get("base_model"):  # the model it is written for, as it declares
+        data["trainer"] = {**data["trainer"], "base_model": base_model}
+    config = RunConfig.model_validate(data)
     return SessionState(environment=info, env_schema=env_schema, config=config)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from hermes_nb.frameworks import registry
 from hermes_nb.results import Result, html_table, value_text
 from hermes_nb.selection.discovery import DiscoveryProblem, EnvironmentInfo
 
@@ -51,8 +52,9 @@ class EnvironmentList(Result):
 
 
 def _framework_mark(env: EnvironmentInfo) -> str:
-    """``[atroposlib] `` before an atroposlib environment's description (it runs in the environment Python)."""
-    return "[atroposlib] " if env.framework == "atroposlib" else ""
+    """Its framework's mark before an environment's description (``[atroposlib] ``: it runs in the environment
+    Python); none for hermes-nb's own."""
+    return registry.adapter(env.framework).recognition.mark
 
 
 class ConfigField(BaseModel):

@@ -3,7 +3,8 @@
 Environment code is never imported into the caller (a notebook kernel): a broken or hostile environment can
 raise, hang or crash only its own child process (``hermes_nb.selection.schema_child``), and the caller gets an
 ``EnvironmentLoadError`` with the last lines of the child's traceback. The child runs in the Python that will run
-the environment (``hermes_nb.atropos.interpreter``: the environment Python for an atroposlib one, checked first).
+the environment (its framework's adapter, ``hermes_nb.frameworks``: the environment Python for an atroposlib one,
+checked first).
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from hermes_nb.atropos.interpreter import env_python, env_python_environment
-from hermes_nb.config import EnvFramework
+from hermes_nb.config import DEFAULT_FRAMEWORK, EnvFramework
 from hermes_nb.errors import EnvironmentLoadError
+from hermes_nb.frameworks import registry
+from hermes_nb.frameworks.contract import FrameworkAdapter
 from hermes_nb.selection.schema_child import MARKER
 from hermes_nb.system import home
 
@@ -41,7 +42,7 @@ HANG_DUMP_GRACE_S = 2.0
 # A frame line of faulthandler's dump: '  File "/path/env.py", line 12 in config_init'.
 _DUMP_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+)$')
 # Bump when the child's answer changes shape, so old disk-cache entries are not read.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 class EnvSchema(BaseModel):
@@ -51,6 +52,8 @@ class EnvSchema(BaseModel):
     json_schema: dict[str, Any]
     values: dict[str, Any]
     server_configs: list[dict[str, Any]] = Field(default_factory=list)
+    # The trainer settings it declares it needs (``EnvironmentNeeds``'s fields; empty: none).
+    needs: dict[str, Any] = Field(default_factory=dict)
     content_hash: str = ""
 
 
@@ -59,27 +62,36 @@ _MEMORY_LOCK = threading.Lock()
 
 
 async def read_schema(
-    file: str, class_name: str, timeout: float = SCHEMA_TIMEOUT_S, *, framework: EnvFramework = "hermes_nb"
+    file: str,
+    class_name: str,
+    timeout: float = SCHEMA_TIMEOUT_S,
+    *,
+    framework: EnvFramework = DEFAULT_FRAMEWORK,
 ) -> EnvSchema:
     """The schema of ``class_name`` in ``file``; from cache when the file's content is unchanged."""
     return await asyncio.to_thread(read_schema_sync, file, class_name, timeout, framework=framework)
 
 
 def read_schema_sync(
-    file: str, class_name: str, timeout: float = SCHEMA_TIMEOUT_S, *, framework: EnvFramework = "hermes_nb"
+    file: str,
+    class_name: str,
+    timeout: float = SCHEMA_TIMEOUT_S,
+    *,
+    framework: EnvFramework = DEFAULT_FRAMEWORK,
 ) -> EnvSchema:
+    adapter = registry.adapter(framework)
     try:
         content = Path(file).read_bytes()
     except OSError as exc:
         raise EnvironmentLoadError(f"environment file {file} cannot be read: {exc.strerror}") from None
-    python = env_python(framework, file)  # checked before anything is read, cached or not
+    python = adapter.python(file)  # checked before anything is read, cached or not
     # Another interpreter may read the same file differently (another atroposlib): it has entries of its own.
     interpreter = hashlib.sha256(python.encode()).hexdigest()[:12]
     key = f"{hashlib.sha256(content).hexdigest()}-{class_name}-{interpreter}-v{CACHE_VERSION}"
     cached = _cache_get(key)
     if cached is not None:
         return cached
-    schema = _run_child(file, class_name, timeout, python).model_copy(update={"content_hash": key})
+    schema = _run_child(file, class_name, timeout, python, adapter).model_copy(update={"content_hash": key})
     _cache_put(key, schema)
     return schema
 
@@ -120,17 +132,13 @@ def _cache_put(key: str, schema: EnvSchema) -> None:
         logger.warning("could not write schema cache %s: %s", path, exc)
 
 
-def _child_env(python: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in home.KNOWN_KEYS}  # reading a config needs no key
-    if python != sys.executable:  # another interpreter sees the hermes_nb package, not hermes-nb's site-packages
-        return env_python_environment(env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(home.PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+def _child_env(python: str, adapter: FrameworkAdapter) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if k not in home.KNOWN_KEYS}  # reading a config needs no key
+    return adapter.schema_environment(python, base)
 
 
-def _run_child(file: str, class_name: str, timeout: float, python: str) -> EnvSchema:
-    cmd = [python, "-m", "hermes_nb.selection.schema_child", file, class_name]
+def _run_child(file: str, class_name: str, timeout: float, python: str, adapter: FrameworkAdapter) -> EnvSchema:
+    cmd = [python, "-m", adapter.schema_module, file, class_name]
     where = f"{class_name} in {file}"
     # Own session, so that a timeout kills whatever the environment started too.
     proc = subprocess.Popen(
@@ -138,7 +146,7 @@ def _run_child(file: str, class_name: str, timeout: float, python: str) -> EnvSc
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
-        env=_child_env(python),
+        env=_child_env(python, adapter),
         start_new_session=True,
         text=True,
     )

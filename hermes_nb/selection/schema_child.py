@@ -20,6 +20,8 @@ from typing import Any
 MARKER = "HERMES_NB_SCHEMA "
 # A server's key as atroposlib's APIServerConfig holds it: never part of the answer, which is saved in the session.
 SECRET_SERVER_FIELDS = ("api_key",)
+# The class attribute that declares the trainer settings an environment needs (hermes_nb.config.EnvironmentNeeds).
+NEEDS_ATTRIBUTE = "trainer_needs"
 
 
 def _load_class(file: str, class_name: str) -> type:
@@ -64,7 +66,9 @@ def read(file: str, class_name: str) -> dict[str, Any]:
     env_cls = _load_class(file, class_name)
     env_config, server_configs = env_cls.config_init()  # type: ignore[attr-defined]
     config_cls = type(env_config)
+    needs = getattr(env_cls, NEEDS_ATTRIBUTE, None)  # hermes-nb's BaseEnv has it; other frameworks' need not
     return {
+        "needs": _dump(needs) if needs is not None else {},
         "config_class": config_cls.__name__,
         "json_schema": _json_schema(config_cls),
         "values": _dump(env_config),

@@ -210,3 +210,13 @@ def test_an_environment_sampling_through_managed_server_trains_on_the_tokens_and
             sampled = [i for i, mask in enumerate(masks) if mask != MASK_IGNORE]
             assert sampled and all(masks[i] == tokens[i] for i in sampled)
             assert all(logprobs[i] <= 0.0 for i in sampled) and any(logprobs[i] < 0.0 for i in sampled)
+
+
+def test_an_environment_that_leaves_wandb_name_unset_registers_under_its_name_and_trains(
+    atropos_python: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(home.ENV_PYTHON_VAR, str(atropos_python))
+    run(rl_select_environment("atropos_add_unnamed"))
+    start = run(rl_start_training(total_steps=2, **{"wandb.mode": "disabled"}))
+    status = wait_for_status(start.run_id, lambda s: s.status in ("completed", "failed"), CELL_TIMEOUT_S)
+    assert status.status == "completed", status.error

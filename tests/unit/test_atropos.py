@@ -23,6 +23,8 @@ from hermes_nb.atropos import bridge, interpreter, serve, sizes
 from hermes_nb.atropos.metrics_map import EnvMetricsSink, run_metric_values
 from hermes_nb.config import EnvironmentRef, InfraConfig, RunConfig
 from hermes_nb.errors import ConfigError, EnvironmentPythonError
+from hermes_nb.frameworks import registry
+from hermes_nb.frameworks.contract import ServeRequest
 from hermes_nb.notebook.magics import HermesNB
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.run_layout import ATROPOS_SERVE_FILE
@@ -114,14 +116,14 @@ def test_a_hermes_nb_environment_runs_in_this_interpreter_whatever_the_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(interpreter.ENV_PYTHON_VAR, "/nonexistent/python")
-    assert interpreter.env_python("hermes_nb", "env.py") == sys.executable
+    assert registry.adapter("hermes_nb").python("env.py") == sys.executable
 
 
 def test_an_interpreter_without_atroposlib_is_refused_with_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(interpreter.ENV_PYTHON_VAR, sys.executable)  # hermes-nb's own venv has no atroposlib
 
     with pytest.raises(EnvironmentPythonError) as raised:
-        interpreter.env_python("atroposlib", "environments/add.py")
+        registry.adapter("atroposlib").python("environments/add.py")
 
     message = str(raised.value)
     assert "environments/add.py is written against atroposlib" in message
@@ -136,13 +138,13 @@ def test_a_missing_interpreter_is_refused_naming_the_setting(monkeypatch: pytest
     with pytest.raises(
         EnvironmentPythonError, match=f"{tmp_path / 'python'} .from {interpreter.ENV_PYTHON_VAR}. is not"
     ):
-        interpreter.env_python("atroposlib", "add.py")
+        registry.adapter("atroposlib").python("add.py")
 
 
 def test_an_interpreter_that_imports_atroposlib_is_used(fake_atroposlib: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(interpreter.ENV_PYTHON_VAR, sys.executable)
 
-    assert interpreter.env_python("atroposlib", "add.py") == sys.executable
+    assert registry.adapter("atroposlib").python("add.py") == sys.executable
     probe = interpreter.probe_python(sys.executable)
     assert probe.atroposlib == "unknown"  # importable, but installed without package metadata
     assert probe.python_version == ".".join(str(n) for n in sys.version_info[:3])
@@ -205,6 +207,16 @@ def test_serve_settings_lock_the_runs_urls_tokenizer_and_sizes(tmp_path: Path) -
     assert server["base_url"] == "http://127.0.0.1:4200/v1" and server["server_type"] == "vllm"
 
 
+def test_serve_settings_leave_unset_fields_to_atroposlib_and_name_an_unnamed_environment(tmp_path: Path) -> None:
+    config = atropos_config(tmp_path, wandb_name=None, num_rollouts_to_keep=None)
+
+    env = serve.serve_settings(config)["env"]
+
+    assert "num_rollouts_to_keep" not in env
+    assert env["wandb_name"] == config.environment.name  # type: ignore[union-attr]
+    assert serve.serve_settings(atropos_config(tmp_path, wandb_name="mine"))["env"]["wandb_name"] == "mine"
+
+
 @pytest.mark.parametrize(
     ("use_wandb", "mode", "expected"),
     [(True, "offline", "offline"), (True, "disabled", "disabled"), (False, "online", "disabled")],
@@ -225,7 +237,9 @@ def test_the_serve_command_is_atroposlibs_cli_through_the_bridge_in_the_environm
     config = atropos_config(tmp_path)
     paths = run_paths("20260101-000000-aaaaaaaaaa").model_copy(update={"run_dir": tmp_path})
 
-    argv = serve.serve_argv(config, paths)
+    command = registry.adapter("atroposlib").serve(ServeRequest(config=config, paths=paths, base_environment={}))
+    command.write_files()
+    argv = command.argv
 
     settings = tmp_path / ATROPOS_SERVE_FILE
     assert argv[:5] == ["/venvs/atropos/bin/python", "-m", "hermes_nb.atropos.bridge", "/envs/add.py", "AddEnv"]
@@ -375,9 +389,10 @@ def test_no_key_reaches_the_serve_settings(tmp_path: Path, monkeypatch: pytest.M
     config = atropos_config(tmp_path)
     paths = run_paths("20260101-000000-aaaaaaaaaa").model_copy(update={"run_dir": tmp_path})
 
-    argv = serve.serve_argv(config, paths)
+    command = registry.adapter("atroposlib").serve(ServeRequest(config=config, paths=paths, base_environment={}))
+    command.write_files()
 
-    assert "wandb-secret-123" not in json.dumps(argv)
+    assert "wandb-secret-123" not in json.dumps(command.argv)
     assert "wandb-secret-123" not in (tmp_path / ATROPOS_SERVE_FILE).read_text()
 
 

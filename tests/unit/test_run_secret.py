@@ -222,8 +222,9 @@ def test_capability_urls_put_the_secret_first_in_the_path() -> None:
 
 
 def test_the_atroposlib_serve_settings_carry_the_secret_in_a_private_file(tmp_path: Path) -> None:
-    from hermes_nb.atropos import serve
     from hermes_nb.config import EnvironmentRef, InfraConfig, RunConfig
+    from hermes_nb.frameworks import registry
+    from hermes_nb.frameworks.contract import ServeRequest
 
     config = RunConfig(
         environment=EnvironmentRef(name="add", class_name="AddEnv", file="/envs/add.py", framework="atroposlib"),
@@ -237,7 +238,10 @@ def test_the_atroposlib_serve_settings_carry_the_secret_in_a_private_file(tmp_pa
     )
     paths = run_paths("20260101-000000-aaaaaaaaaa").model_copy(update={"run_dir": tmp_path})
 
-    argv = serve.serve_argv(config, paths, SECRET, SECRET)
+    request = ServeRequest(config=config, paths=paths, base_environment={}, secret=SECRET, api_secret=SECRET)
+    command = registry.adapter("atroposlib").serve(request)
+    command.write_files()
+    argv = command.argv
 
     settings_path = tmp_path / ATROPOS_SERVE_FILE
     settings = yaml.safe_load(settings_path.read_text())

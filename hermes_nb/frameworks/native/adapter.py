@@ -1,0 +1,49 @@
+"""hermes-nb's own environments: read and run by hermes-nb's interpreter, served by its environment runtime.
+
+A run serves one with ``python -m hermes_nb.env_runtime serve FILE:CLASS --config <run>/config.yaml`` (every URL,
+size and the tokenizer are in the run's config; the secrets come in the process environment), and
+``rl_test_inference`` with ``python -m hermes_nb.env_runtime process``. Its metrics are the run's names already.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import ClassVar
+
+from hermes_nb.config import DEFAULT_FRAMEWORK
+from hermes_nb.frameworks.contract import (
+    ChildCommand,
+    FrameworkAdapter,
+    ModelTestRequest,
+    Recognition,
+    ServeRequest,
+)
+
+ENV_MODULE = "hermes_nb.env"
+
+
+class NativeFramework(FrameworkAdapter):
+    name: ClassVar[str] = DEFAULT_FRAMEWORK
+    # A bare or foreign ``BaseEnv`` (a star import, ``from .base import BaseEnv``) is taken for hermes-nb's, as
+    # an environment folder of helpers would write it.
+    recognition: ClassVar[Recognition] = Recognition(
+        base_classes=frozenset({"BaseEnv", "QAEnv", "AgentEnv"}), packages=("hermes_nb",), claims_unqualified=True
+    )
+
+    def serve(self, request: ServeRequest) -> ChildCommand:
+        ref = request.config.environment
+        assert ref is not None  # the launcher refuses to start without one
+        spec = f"{ref.file}:{ref.class_name}"
+        argv = [sys.executable, "-m", ENV_MODULE, "serve", spec, "--config", str(request.paths.config)]
+        return ChildCommand(argv=argv, environment=dict(request.base_environment))
+
+    def model_test(self, request: ModelTestRequest) -> ChildCommand:
+        ref = request.config.environment
+        assert ref is not None  # rl_test_inference refuses to start without one
+        spec = f"{ref.file}:{ref.class_name}"
+        argv = [request.python, "-m", ENV_MODULE, "process", spec, "--num-groups", str(request.num_groups)]
+        argv += ["--output", str(request.output), "--inference-url", request.model_url]
+        argv += ["--config", str(request.config_path)]
+        if request.model_name:
+            argv += ["--model-name", request.model_name]  # for its log: the gateway decides what the endpoint is sent
+        return ChildCommand(argv=argv, environment=dict(request.base_environment))
