@@ -57,11 +57,11 @@ def texts_drawn() -> Iterator[tuple[list[str], list[str]]]:
 
     def draw(renderer: RendererAgg, gc: object, x: float, y: float, s: str, *args: object, **kwargs: object) -> None:
         drawn.append(s)
-        draw_text(renderer, gc, x, y, s, *args, **kwargs)  # type: ignore[arg-type]
+        draw_text(renderer, gc, x, y, s, *args, **kwargs)
 
     def measure(renderer: RendererAgg, s: str, *args: object, **kwargs: object) -> object:
         measured.append(s)
-        return get_text_width_height_descent(renderer, s, *args, **kwargs)  # type: ignore[arg-type]
+        return get_text_width_height_descent(renderer, s, *args, **kwargs)
 
     with (
         patch.object(RendererAgg, "draw_text", autospec=True, side_effect=draw),
