@@ -20,13 +20,12 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.axis import Axis
-from matplotlib.backends.backend_agg import RendererAgg
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from hermes_nb.plotting.background import AxesBackground
-from hermes_nb.plotting.canvas import TextCachingCanvas
 from hermes_nb.plotting.limits import Limits, grow
 from hermes_nb.plotting.png import encode_rgb_png
 from hermes_nb.plotting.series import RunSeries, decimate
@@ -92,7 +91,7 @@ class MetricsFigure:
         self.smoothing = smoothing
         self.figure = Figure(figsize=FIGSIZE_IN, dpi=DPI)
         self.figure.subplots_adjust(**MARGINS)
-        self._canvas = TextCachingCanvas(self.figure)
+        self._canvas = FigureCanvasAgg(self.figure)
         self._axes: list[Axes] = list(self.figure.subplots(2, 2).flat)
         for index, (ax, panel) in enumerate(zip(self._axes, PANELS, strict=True)):
             # A title at a given height: left to place it, matplotlib measures every tick label on each draw to see
@@ -183,6 +182,8 @@ class MetricsFigure:
 
 def _pin_label(axis: Axis, renderer: RendererAgg) -> None:
     """Fix the axis label where matplotlib places it now (its tick labels are one line of the same font whatever
-    the limits), so a draw does not measure every tick label of every panel again to place it."""
-    axis.get_tightbbox(renderer)  # places the label
+    the limits), so a draw does not measure every tick label of every panel again to place it. An axis without a
+    label text draws none: its label is pinned where it is, unmeasured (measuring is most of building a figure)."""
+    if axis.label.get_text():
+        axis.get_tightbbox(renderer)  # places the label
     axis.set_label_coords(*axis.label.get_position(), transform=axis.label.get_transform())

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
-from matplotlib._pylab_helpers import Gcf
+from matplotlib import pyplot
 from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
@@ -119,7 +119,7 @@ def test_runs_are_overlaid_with_a_legend_entry_each() -> None:
 def test_no_figure_is_left_in_pyplot() -> None:
     make_run(RUN)
     MetricsPlot([RUN]).refresh()
-    assert Gcf.get_all_fig_managers() == []
+    assert pyplot.get_fignums() == []
 
 
 def test_ema_smooths_and_starts_at_the_first_value() -> None:

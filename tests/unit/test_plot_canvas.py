@@ -1,147 +1,188 @@
-"""The metrics figure's canvas: text drawn from cached bitmaps lands within a pixel of where matplotlib's own canvas
-puts it, with the same ink, and everything else is the very same picture; each font's tables are read once per
-font and size, and each string is rendered once per font, however many texts and draws use them."""
+"""The metrics figure on matplotlib's own Agg canvas: a steady frame is a blit that draws and measures no text, a
+frame whose limits grew draws again the labels of the axes that moved (and no other text), and every frame is
+the picture a plain full ``canvas.draw()`` makes; plotting/ uses no private matplotlib name to get there."""
 
 from __future__ import annotations
 
+import ast
+import io
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from unittest.mock import patch
+
 import numpy as np
-import pytest
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.font_manager import FontProperties
-from matplotlib.text import Text
-from matplotlib.transforms import Bbox
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
+from PIL import Image
 
-from hermes_nb.plotting import canvas
-from hermes_nb.plotting.canvas import TextCachingCanvas
+import hermes_nb.plotting
+from hermes_nb.plotting import PLOTTED_KEYS, MetricsFigure
+from hermes_nb.plotting.series import RunSeries
+from hermes_nb.protocol.metrics import TRAIN_LOSS, MetricsRow
 
-# How far a text may move: matplotlib places it at a sub-pixel position, the cache on the nearest whole pixel,
-# so half a pixel each way (the centre of its ink is measured, hence a little more).
-MAX_SHIFT_PX = 0.55
-MAX_INK_CHANGE = 0.01
-
-
-@pytest.fixture(autouse=True)
-def empty_caches(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(canvas, "_METRICS", canvas._BoundedCache(64))
-    monkeypatch.setattr(canvas, "_BITMAPS", canvas._BoundedCache(2048))
+# matplotlib draws the step axis before the value axis, the figure the other way round: where two faint grid
+# lines cross, the blend differs by rounding only.
+MAX_PIXEL_DIFFERENCE = 2
+PLOTTING_DIR = Path(hermes_nb.plotting.__file__).parent
 
 
-def busy_figure() -> Figure:
-    """Tick labels, titles of two sizes, a two-line text, a rotated one, a serif one and descenders."""
-    figure = Figure(figsize=(4, 3), dpi=80)
-    axes = figure.subplots(1, 2)
-    for index, ax in enumerate(axes):
-        ax.plot([0, 1, 2], [index, 3, -1])
-        ax.set_title(f"panel {index}", fontsize=10 + 2 * index)
-        ax.set_xlabel("step")
-    figure.text(0.4, 0.5, "two\nlines", fontsize=9)
-    figure.text(0.2, 0.2, "rotated", rotation=30)
-    figure.text(0.65, 0.15, "serif", family="serif")
-    figure.text(0.05, 0.9, "gjpq Ég", fontsize=11)
-    return figure
+def rows(steps: range) -> list[MetricsRow]:
+    return [MetricsRow(step=s, time=float(s), values={key: 0.5 + (s % 7) / 20 for key in PLOTTED_KEYS}) for s in steps]
 
 
-def pixels(figure: Figure, canvas_class: type[FigureCanvasAgg]) -> np.ndarray:
-    drawing = canvas_class(figure)
-    drawing.draw()
-    return np.asarray(drawing.buffer_rgba())[..., :3].astype(float)
+def drawn_figure(steps: range) -> tuple[MetricsFigure, RunSeries]:
+    """A figure that has drawn its first frame and the blit after it (where what the first frame drew is measured)."""
+    series = RunSeries(PLOTTED_KEYS)
+    series.add_rows(rows(steps))
+    figure = MetricsFigure(["run"])
+    figure.update({"run": series})
+    figure.render_png()
+    figure.render_png()
+    return figure, series
 
 
-def text_boxes(figure: Figure) -> list[tuple[Text, Bbox]]:
-    """Every visible text with its box in the picture (rows from the top), a little padded."""
-    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
-    height = figure.bbox.height
-    texts = [artist for artist in figure.findobj(Text) if isinstance(artist, Text) and artist.get_visible()]
-    boxes = []
-    for text in texts:
-        if text.get_text():
-            box = text.get_window_extent(renderer).padded(3)
-            boxes.append((text, Bbox.from_extents(box.x0, height - box.y1, box.x1, height - box.y0)))
-    return boxes
+def frame(figure: MetricsFigure, series: RunSeries, steps: range) -> bytes:
+    series.add_rows(rows(steps))
+    figure.update({"run": series})
+    return figure.render_png()
 
 
-def inside(figure: Figure, box: Bbox) -> bool:
-    return box.x0 >= 0 and box.y0 >= 0 and box.x1 <= figure.bbox.width and box.y1 <= figure.bbox.height
+@contextmanager
+def texts_drawn() -> Iterator[tuple[list[str], list[str]]]:
+    """The strings drawn, and those measured, by any Agg renderer while the block runs."""
+    drawn: list[str] = []
+    measured: list[str] = []
+    draw_text, get_text_width_height_descent = RendererAgg.draw_text, RendererAgg.get_text_width_height_descent
+
+    def draw(renderer: RendererAgg, gc: object, x: float, y: float, s: str, *args: object, **kwargs: object) -> None:
+        drawn.append(s)
+        draw_text(renderer, gc, x, y, s, *args, **kwargs)
+
+    def measure(renderer: RendererAgg, s: str, *args: object, **kwargs: object) -> object:
+        measured.append(s)
+        return get_text_width_height_descent(renderer, s, *args, **kwargs)
+
+    with (
+        patch.object(RendererAgg, "draw_text", autospec=True, side_effect=draw),
+        patch.object(RendererAgg, "get_text_width_height_descent", autospec=True, side_effect=measure),
+    ):
+        yield drawn, measured
 
 
-def ink(picture: np.ndarray, box: Bbox) -> tuple[float, np.ndarray]:
-    """How much darker than white the box is, and the centre of that darkness (x, y in pixels)."""
-    rows, columns = slice(int(box.y0), int(box.y1)), slice(int(box.x0), int(box.x1))
-    darkness = 255.0 - picture[rows, columns].mean(axis=2)
-    ys, xs = np.mgrid[rows, columns]
-    total = float(darkness.sum())
-    if total == 0:  # a tick label of a tick outside the limits: matplotlib draws nothing there
-        return total, np.zeros(2)
-    return total, np.array([(darkness * xs).sum(), (darkness * ys).sum()]) / total
+def full_draw(figure: MetricsFigure) -> np.ndarray:
+    """The picture matplotlib itself makes of the figure: a whole draw, then the animated lines over it."""
+    canvas = figure.figure.canvas
+    canvas.draw()
+    for ax in figure.figure.axes:
+        for line in ax.get_lines():
+            ax.draw_artist(line)
+    return np.asarray(canvas.buffer_rgba())[..., :3].astype(int)  # type: ignore[attr-defined]
 
 
-def test_each_text_lands_within_a_pixel_of_matplotlibs_with_the_same_ink_and_the_rest_is_the_same_picture() -> None:
-    stock_figure = busy_figure()
-    stock, cached = pixels(stock_figure, FigureCanvasAgg), pixels(busy_figure(), TextCachingCanvas)
-    texts = text_boxes(stock_figure)
-    whole = [(text, box) for text, box in texts if inside(stock_figure, box)]  # not cut by the figure's edge
-    assert len(whole) > 15
-
-    for text, box in whole:
-        (stock_ink, stock_centre), (cached_ink, cached_centre) = ink(stock, box), ink(cached, box)
-        if text.get_rotation() or stock_ink == 0:
-            assert cached_ink == stock_ink and np.array_equal(cached_centre, stock_centre)  # drawn by matplotlib
-            continue
-        assert abs(cached_ink / stock_ink - 1) <= MAX_INK_CHANGE, text.get_text()
-        assert np.abs(cached_centre - stock_centre).max() <= MAX_SHIFT_PX, text.get_text()
-    outside_text = np.ones(stock.shape[:2], dtype=bool)
-    for _, box in texts:
-        outside_text[max(0, int(box.y0)) : max(0, int(box.y1)), max(0, int(box.x0)) : max(0, int(box.x1))] = False
-    assert np.array_equal(stock[outside_text], cached[outside_text])
-    assert not np.array_equal(stock, cached)  # the comparison would see a text moved by a pixel
+def pixels(png: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(png)) as image:
+        return np.asarray(image.convert("RGB")).astype(int)
 
 
-def test_a_text_drawn_again_in_another_size_is_rendered_in_that_size() -> None:
-    resized = busy_figure()
-    pixels(resized, TextCachingCanvas)
-    resized.axes[0].title.set_fontsize(20)
-    fresh = busy_figure()
-    fresh.axes[0].title.set_fontsize(20)
+def test_the_figure_draws_on_matplotlibs_own_agg_canvas() -> None:
+    figure, _ = drawn_figure(range(50))
 
-    assert np.array_equal(pixels(resized, TextCachingCanvas), pixels(fresh, TextCachingCanvas))
+    assert type(figure.figure.canvas) is FigureCanvasAgg
 
 
-def test_each_string_is_rendered_once_per_font_however_often_it_is_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
-    rendered: list[tuple[str, float]] = []
-    original = canvas.TextCachingRenderer._render
+def test_a_steady_frame_draws_and_measures_no_text() -> None:
+    figure, series = drawn_figure(range(290))  # a step axis to 300
+    drawn_before = figure.background_draws
 
-    def counted(self: canvas.TextCachingRenderer, s: str, prop: FontProperties, antialiased: bool) -> canvas.TextBitmap:
-        rendered.append((s, prop.get_size_in_points()))
-        return original(self, s, prop, antialiased)
+    with texts_drawn() as (drawn, measured):
+        for first in range(290, 296, 2):  # new points inside the limits: only the lines move
+            frame(figure, series, range(first, first + 2))
 
-    monkeypatch.setattr(canvas.TextCachingRenderer, "_render", counted)
-    figure = busy_figure()
-
-    pixels(figure, TextCachingCanvas)
-    pixels(figure, TextCachingCanvas)  # a second draw renders nothing
-
-    assert len(rendered) == len(set(rendered))
-    # "step" is drawn twice, and each panel's tick labels repeat the other's, yet each is rendered once
-    assert ("step", 10.0) in rendered and len(rendered) < len(text_boxes(figure))
+    assert figure.background_draws == drawn_before
+    assert (drawn, measured) == ([], [])
 
 
-def test_each_font_and_size_is_read_once_however_many_texts_use_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    reads: list[str] = []
-    original = canvas._line_metrics
+def test_a_grown_step_axis_draws_its_new_tick_labels_and_no_other_text() -> None:
+    figure, series = drawn_figure(range(300))
+    end = figure.figure.axes[0].get_xlim()[1]
 
-    def counted(prop: FontProperties, dpi: float) -> canvas.LineMetrics:
-        reads.append(prop.get_name())
-        return original(prop, dpi)
+    with texts_drawn() as (drawn, _):
+        frame(figure, series, range(int(end) + 1, int(end) + 2))
 
-    monkeypatch.setattr(canvas, "_line_metrics", counted)
-    figure = busy_figure()
+    bottom_row = figure.figure.axes[2:]  # the panels that label the shared step axis
+    step_labels = {label.get_text() for ax in bottom_row for label in ax.get_xticklabels()}
+    assert figure.figure.axes[0].get_xlim()[1] == 2 * end
+    assert f"{2 * end:.0f}" in drawn  # the new end of the step axis
+    assert set(drawn) <= step_labels | {"step"}  # no title, no value label: those did not move
+    assert drawn.count("step") == len(bottom_row)
 
-    pixels(figure, TextCachingCanvas)
-    pixels(figure, TextCachingCanvas)  # a second draw reads nothing
 
-    texts = len(figure.findobj(lambda artist: hasattr(artist, "get_text") and bool(artist.get_text())))
+def shown_value_labels(ax: Axes) -> list[str]:
+    """The value axis's tick labels inside its limits (matplotlib keeps, and does not draw, those outside)."""
+    low, high = ax.get_ylim()
+    return [
+        label.get_text() for loc, label in zip(ax.get_yticks(), ax.get_yticklabels(), strict=True) if low <= loc <= high
+    ]
 
-    # sizes: ticks, the two titles, the two-line text, the descenders, labels and the rest at the default; serif
-    assert texts > 15
-    assert 2 <= len(reads) <= 7
+
+def test_a_grown_value_axis_draws_its_own_tick_labels_again() -> None:
+    figure, series = drawn_figure(range(300))
+    loss = figure.figure.axes[PLOTTED_KEYS.index(TRAIN_LOSS)]
+    before = shown_value_labels(loss)
+
+    series.add_rows([MetricsRow(step=300, time=300.0, values={TRAIN_LOSS: 50.0})])
+    with texts_drawn() as (drawn, _):
+        figure.update({"run": series})
+        figure.render_png()
+
+    after = shown_value_labels(loss)
+    assert after != before
+    assert set(after) - set(before) <= set(drawn)
+
+
+def test_every_kind_of_frame_is_the_picture_of_a_plain_full_draw() -> None:
+    figure, series = drawn_figure(range(290))  # a step axis to 300
+    kinds = {"steady": range(290, 292), "steady again": range(292, 293), "step axis grew": range(301, 303)}
+    for kind, steps in {**kinds, "steady after it": range(303, 304)}.items():
+        drawn = figure.background_draws
+        png = frame(figure, series, steps)
+
+        assert figure.background_draws == drawn + (kind == "step axis grew"), kind
+        assert int(np.abs(pixels(png) - full_draw(figure)).max()) <= MAX_PIXEL_DIFFERENCE, kind
+
+
+def private_names(source: str) -> list[str]:
+    """Private names a module reaches into: ``obj._name`` on anything but ``self``, imports of ``_`` names, and
+    subclasses of matplotlib classes (whose ``self`` reaches the base class's private state)."""
+    tree = ast.parse(source)
+    from_matplotlib = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("matplotlib")
+        for alias in node.names
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                found.append(node.attr)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("matplotlib"):
+            names = [node.module or "", *(alias.name for alias in node.names)]
+            found += [name for name in names if any(part.startswith("_") for part in name.split("."))]
+        elif isinstance(node, ast.ClassDef):
+            found += [
+                f"{node.name}({base.id})"
+                for base in node.bases
+                if isinstance(base, ast.Name) and base.id in from_matplotlib
+            ]
+    return found
+
+
+def test_plotting_uses_no_private_matplotlib_name() -> None:
+    modules = sorted(PLOTTING_DIR.glob("*.py"))
+    assert len(modules) > 5
+
+    found = {path.name: private_names(path.read_text(encoding="utf-8")) for path in modules}
+
+    assert {name: names for name, names in found.items() if names} == {}
