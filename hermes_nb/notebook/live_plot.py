@@ -13,9 +13,11 @@ during a cell, records it too (an update replaces, so this never adds a second p
 
 from __future__ import annotations
 
+import concurrent.futures
 import html
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import ipywidgets as widgets
 
@@ -26,6 +28,19 @@ from hermes_nb.plotting.sources import MetricsSource
 # "At most about once a second": a training step takes longer than that, and each redraw costs kernel CPU.
 DEFAULT_REFRESH_INTERVAL_S = 1.0
 PLOT_CLASS = "hermes-nb-plot"
+
+T = TypeVar("T")
+
+# Every live plot of the process redraws on this one long-lived thread, whichever refresher thread asks. matplotlib
+# keeps the fonts it opens per drawing thread (and no public API releases them), so a thread per plot would leave
+# each ended thread's fonts and their file descriptors open: a kernel that watches run after run would grow by a
+# few descriptors a run. One drawing thread holds one set.
+_DRAWING = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hermes-nb-plot-drawing")
+
+
+def on_drawing_thread(draw: Callable[..., T], *args: object) -> T:
+    """``draw(*args)`` run on the plots' drawing thread; its result (or its exception) comes back here."""
+    return _DRAWING.submit(draw, *args).result()
 
 
 class LivePlot:
@@ -53,7 +68,7 @@ class LivePlot:
 
     def refresh(self) -> bool:
         """Read new rows and redraw if they changed anything (what the thread does every interval)."""
-        redrawn = self.plot.refresh()
+        redrawn = on_drawing_thread(self.plot.refresh)
         if redrawn:
             self.image.value = self.plot.png
         self._update_caption()
@@ -67,7 +82,6 @@ class LivePlot:
     def close(self) -> None:
         """Stop refreshing; the last frame stays on screen."""
         self._refresher.stop()
-        release_thread_fonts()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every run has ended and the final frame is drawn (True), or ``timeout`` seconds (False)."""
@@ -78,7 +92,7 @@ class LivePlot:
         return self.finished
 
     def save(self, path: str) -> str:
-        return str(self.plot.save(path))
+        return str(on_drawing_thread(self.plot.save, path))
 
     def _tick(self) -> bool:
         done = self.plot.all_finished()  # before reading: rows written before the end are then all on disk
@@ -88,7 +102,6 @@ class LivePlot:
         self.finished = True
         self._update_caption()
         self._publish_final()
-        release_thread_fonts()
         return False
 
     def _publish_final(self) -> None:
@@ -118,18 +131,3 @@ class LivePlot:
     def __repr__(self) -> str:
         runs = [source.label for source in self.plot.sources]
         return f"LivePlot(runs={runs}, frames={self.plot.frames}, finished={self.finished})"
-
-
-def release_thread_fonts() -> None:
-    """Close the fonts matplotlib keeps open for drawing threads that have ended.
-
-    matplotlib caches its open fonts per drawing thread (``font_manager._get_font``, keyed by the thread id, 64
-    entries), so every plot thread that ends leaves its fonts and their file descriptors open until 64 newer
-    threads push them out: a kernel that watches run after run grows by an fd or two a run. Clearing the cache
-    when a plot's thread ends gives them back; a plot still drawing opens its fonts again on its next frame.
-    """
-    from matplotlib import font_manager
-
-    cache_clear = getattr(getattr(font_manager, "_get_font", None), "cache_clear", None)
-    if cache_clear is not None:  # a private cache: gone in some later matplotlib, nothing to release then
-        cache_clear()
