@@ -44,7 +44,7 @@ from matplotlib.figure import Figure
 from hermes_nb.plotting.figure import PANELS, PLOTTED_KEYS, MetricsFigure
 from hermes_nb.plotting.series import RunSeries
 from hermes_nb.protocol.metrics import TRAIN_LOSS, MetricsRow
-from hermes_nb.protocol.run_layout import TRAINER_METRICS_FILE
+from hermes_nb.protocol.run_files import TRAINER_METRICS_FILE
 
 RUN_ID = "20260101-000000-benchbench"
 

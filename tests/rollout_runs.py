@@ -11,7 +11,7 @@ from typing import Any
 
 from hermes_nb.env.scoring import with_single_turn_messages
 from hermes_nb.env.types import SampledCompletion
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import RunState
 from hermes_nb.protocol.trajectory import CORRECT_OVERRIDE, MASK_IGNORE, ScoredDataGroup
 from hermes_nb.runs.state_file import write_run_state

@@ -37,7 +37,7 @@ from hermes_nb.errors import ConfigError
 from hermes_nb.metrics.logger import resolve_wandb_mode
 from hermes_nb.protocol.auth import capability_url
 from hermes_nb.protocol.inference import openai_base_url
-from hermes_nb.protocol.run_layout import ATROPOS_SERVE_FILE, RunPaths
+from hermes_nb.protocol.run_files import ATROPOS_SERVE_FILE, RunPaths
 
 BRIDGE_MODULE = "hermes_nb.atropos.bridge"
 # The model name sent to the run's inference server, which serves one policy under any name.

@@ -34,7 +34,7 @@ from hermes_nb.env_runtime.stats import GroupStats
 from hermes_nb.env_runtime.trajectory_link import TrajectoryAPIError, TrajectoryLink
 from hermes_nb.metrics.logger import MetricsLogger, WandbRunSettings, resolve_wandb_mode
 from hermes_nb.protocol.metrics import ENV_QUEUE_SIZE, EVAL_SECONDS
-from hermes_nb.protocol.run_layout import ENV_METRICS_FILE
+from hermes_nb.protocol.run_files import ENV_METRICS_FILE
 from hermes_nb.protocol.trajectory import RegisterEnv, RegisterEnvResponse, ScoredDataGroup, scores_carry_signal
 
 logger = logging.getLogger(__name__)

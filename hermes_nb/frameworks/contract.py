@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from hermes_nb.config import RunConfig
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.system import home
 from hermes_nb.system.secrets import write_private
 

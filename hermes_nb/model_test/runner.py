@@ -43,7 +43,7 @@ from hermes_nb.model_test.results import (
 )
 from hermes_nb.model_test.settings import EndpointSettings, EndpointStats
 from hermes_nb.model_test.targets import ModelTarget, resolve_targets
-from hermes_nb.protocol.run_layout import CONFIG_FILE, INFERENCE_TESTS_DIR
+from hermes_nb.protocol.run_files import CONFIG_FILE, INFERENCE_TESTS_DIR
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.selection.current import current_run_config
 from hermes_nb.system import home

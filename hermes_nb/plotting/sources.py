@@ -20,7 +20,7 @@ from hermes_nb.protocol.metrics import (
     WANDB_STEP_KEY,
     MetricsRow,
 )
-from hermes_nb.protocol.run_layout import ENV_METRICS_FILE, RUN_STATE_FILE, TRAINER_METRICS_FILE
+from hermes_nb.protocol.run_files import ENV_METRICS_FILE, RUN_STATE_FILE, TRAINER_METRICS_FILE
 from hermes_nb.runs.damage import Damage, file_damage, read_state
 from hermes_nb.runs.lineage import predecessor_rows
 from hermes_nb.system import home

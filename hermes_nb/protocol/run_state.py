@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from hermes_nb.protocol.run_layout import RUN_STATE_FILE, ProcessName
+from hermes_nb.protocol.run_files import RUN_STATE_FILE, ProcessName
 
 # "unknown" is never written: readers show it when run.json cannot be read and no process of the run is running
 # (hermes_nb.runs.damage). Nothing will change such a run any more, so it counts as ended.

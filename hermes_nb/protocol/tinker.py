@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field
 
-from hermes_nb.protocol.run_layout import TINKER_CHECKPOINT_FILE, TINKER_FILE
+from hermes_nb.protocol.run_files import TINKER_CHECKPOINT_FILE, TINKER_FILE
 
 # What the status shows when neither ``tinker.base_url`` nor ``TINKER_BASE_URL`` is set: the SDK then picks its
 # own default (the hosted service), which it does not expose as public API, so it is named rather than copied.

@@ -13,7 +13,7 @@ from typing import Any
 
 from hermes_nb.config import RunConfig, base_model_dir
 from hermes_nb.errors import HermesNBError
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.trajectory import MASK_IGNORE
 
 log = logging.getLogger(__name__)

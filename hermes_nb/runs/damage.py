@@ -27,7 +27,7 @@ from hermes_nb.errors import ConfigError
 from hermes_nb.metrics.reader import MetricsFileRead
 from hermes_nb.protocol.checkpoints import CheckpointIndex, read_checkpoint_index
 from hermes_nb.protocol.recorded_batches import trajectories_tail
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, RunStateUnreadable, read_run_state
 from hermes_nb.runs.reconcile import reconcile
 

@@ -9,7 +9,7 @@ from hermes_nb.metrics.reader import last_complete_line, read_metrics_file
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.checkpoints import read_checkpoint_index
 from hermes_nb.protocol.metrics import MetricsRow
-from hermes_nb.protocol.run_layout import LOGGED_PROCESSES, RunPaths
+from hermes_nb.protocol.run_files import LOGGED_PROCESSES, RunPaths
 from hermes_nb.runs.damage import current_state, file_damage
 from hermes_nb.runs.lineage import predecessor_rows
 from hermes_nb.runs.registry import known_run_ids, resolve_run

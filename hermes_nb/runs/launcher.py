@@ -15,7 +15,7 @@ from hermes_nb.errors import ConfigError, LaunchError, NoEnvironmentSelectedErro
 from hermes_nb.frameworks import registry
 from hermes_nb.metrics.wandb_names import wandb_run_name
 from hermes_nb.protocol.redaction import without_secrets
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import RunState
 from hermes_nb.runs.external_trajectory_api import unusable_reason
 from hermes_nb.runs.ids import new_run_id

@@ -13,7 +13,7 @@ import time
 
 import psutil
 
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
 from hermes_nb.runs.state_file import write_run_state
 from hermes_nb.system import processes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 
 from hermes_nb.errors import UnknownRunError
-from hermes_nb.protocol.run_layout import RUN_STATE_FILE, RunPaths
+from hermes_nb.protocol.run_files import RUN_STATE_FILE, RunPaths
 from hermes_nb.protocol.run_state import RunState, RunStateUnreadable, read_run_state
 from hermes_nb.system import home
 from hermes_nb.system.home import run_paths

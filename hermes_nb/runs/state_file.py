@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hermes_nb.protocol.run_layout import DISK_RESERVE_FILE, RUN_STATE_FILE
+from hermes_nb.protocol.run_files import DISK_RESERVE_FILE, RUN_STATE_FILE
 from hermes_nb.protocol.run_state import RunState
 from hermes_nb.system.disk import DiskFullError, Reserve, disk_full_errno
 

@@ -9,7 +9,7 @@ from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.auth import capability_url
 from hermes_nb.protocol.checkpoints import read_checkpoint_index
 from hermes_nb.protocol.metrics import MetricsRow
-from hermes_nb.protocol.run_layout import PROCESS_NAMES, RunPaths
+from hermes_nb.protocol.run_files import PROCESS_NAMES, RunPaths
 from hermes_nb.protocol.run_state import RunState
 from hermes_nb.protocol.tinker import read_run_info
 from hermes_nb.runs.damage import Damage, current_state, file_damage

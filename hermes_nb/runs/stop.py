@@ -7,7 +7,7 @@ import time
 
 from hermes_nb.errors import RunStateError
 from hermes_nb.protocol.checkpoints import read_checkpoints
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import RunState
 from hermes_nb.runs import graces
 from hermes_nb.runs.reconcile import reconcile

@@ -26,7 +26,7 @@ from hermes_nb.config import RunConfig
 from hermes_nb.frameworks import registry
 from hermes_nb.frameworks.contract import ChildCommand, ServeRequest
 from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV, bearer_headers
-from hermes_nb.protocol.run_layout import PROCESS_NAMES, RunPaths
+from hermes_nb.protocol.run_files import PROCESS_NAMES, RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
 from hermes_nb.runs import external_trajectory_api, graces
 from hermes_nb.runs.outcomes import Launched, LaunchFailed, LaunchOutcome, StopRequested

@@ -14,7 +14,7 @@ from typing import Any
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import TinkerError, TransferError, UnknownRunError
 from hermes_nb.protocol.checkpoints import CheckpointRecord, read_checkpoints
-from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE, RunPaths
+from hermes_nb.protocol.run_files import TRAINER_STATE_FILE, RunPaths
 from hermes_nb.protocol.tinker import TinkerCheckpoint, read_checkpoint
 from hermes_nb.runs.damage import Damage, current_state, file_damage
 from hermes_nb.runs.registry import known_run_ids, resolve_run

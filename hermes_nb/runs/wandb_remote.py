@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.runs.results import WandbRemote
 
 # W&B's API is rate-limited and slow; a status call every few seconds must not hit it each time.

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from hermes_nb.config import RunConfig
-from hermes_nb.protocol.run_layout import SESSION_FILE
+from hermes_nb.protocol.run_files import SESSION_FILE
 from hermes_nb.selection.discovery import EnvironmentInfo
 from hermes_nb.selection.schema import EnvSchema
 from hermes_nb.system import home

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hermes_nb.protocol.run_layout import LOGS_DIR, RUNS_DIR, RunPaths
+from hermes_nb.protocol.run_files import LOGS_DIR, RUNS_DIR, RunPaths
 
 HOME_ENV_VAR = "HERMES_NB_HOME"
 ENV_PATH_VAR = "HERMES_NB_ENV_PATH"

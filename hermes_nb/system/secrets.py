@@ -16,7 +16,7 @@ from typing import Any
 from hermes_nb.errors import HermesNBError
 from hermes_nb.protocol.auth import secret_from_env
 from hermes_nb.protocol.redaction import without_secrets
-from hermes_nb.protocol.run_layout import RUN_SECRET_FILE
+from hermes_nb.protocol.run_files import RUN_SECRET_FILE
 from hermes_nb.system import home
 
 PRIVATE_DIR_MODE = 0o700

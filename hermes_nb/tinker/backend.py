@@ -24,7 +24,7 @@ from typing import Any
 
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import TinkerError
-from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE
+from hermes_nb.protocol.run_files import TRAINER_STATE_FILE
 from hermes_nb.protocol.tinker import (
     TinkerCheckpoint,
     TinkerRunInfo,

@@ -28,7 +28,7 @@ from typing import Any
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import TinkerError
 from hermes_nb.protocol.checkpoints import read_checkpoints
-from hermes_nb.protocol.run_layout import CHECKPOINTS_FILE, CONFIG_FILE, TINKER_WEIGHTS_DIR
+from hermes_nb.protocol.run_files import CHECKPOINTS_FILE, CONFIG_FILE, TINKER_WEIGHTS_DIR
 from hermes_nb.protocol.tinker import TinkerCheckpoint, read_checkpoint
 
 ADAPTER_DIR = "adapter"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from hermes_nb.config import RunConfig, base_model_dir
-from hermes_nb.protocol.run_layout import CONFIG_FILE
+from hermes_nb.protocol.run_files import CONFIG_FILE
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from hermes_nb.config import RunConfig
 from hermes_nb.protocol.checkpoints import CheckpointKind, CheckpointRecord
 from hermes_nb.protocol.recorded_batches import encode_batch
-from hermes_nb.protocol.run_layout import CHECKPOINTS_DIR, CHECKPOINTS_FILE, CONFIG_FILE, TRAJECTORIES_FILE
+from hermes_nb.protocol.run_files import CHECKPOINTS_DIR, CHECKPOINTS_FILE, CONFIG_FILE, TRAJECTORIES_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.system.disk import DiskFullError, append_record, disk_full_errno
 from hermes_nb.trainer.advantages import with_token_advantages

@@ -28,7 +28,7 @@ import torch
 
 from hermes_nb.inference.fast_forward import supports as lean_forward_supports
 from hermes_nb.inference.sampler import stepper_for
-from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE
+from hermes_nb.protocol.run_files import TRAINER_STATE_FILE
 from hermes_nb.system.devices import Hardware, resolve_hardware
 from hermes_nb.trainer.losses import LossSums, policy_loss_sum, token_logprobs
 from hermes_nb.trainer.packing import PackedBatch, can_pack, pack

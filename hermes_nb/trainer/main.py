@@ -58,7 +58,7 @@ def _run_dir(config: RunConfig, config_path: Path) -> Path:
 
 def _metrics_logger(config: RunConfig, run_dir: Path) -> MetricsLogger:
     from hermes_nb.metrics.logger import MetricsLogger, WandbRunSettings, resolve_wandb_mode
-    from hermes_nb.protocol.run_layout import TRAINER_METRICS_FILE
+    from hermes_nb.protocol.run_files import TRAINER_METRICS_FILE
 
     wandb = WandbRunSettings(
         project=config.wandb.project,

@@ -45,7 +45,7 @@ from hermes_nb.errors import TransferError
 from hermes_nb.metrics.reader import read_metrics_file
 from hermes_nb.protocol.auth import SECRET_ENV
 from hermes_nb.protocol.checkpoints import CheckpointRecord, read_checkpoint_index
-from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE, RunPaths
+from hermes_nb.protocol.run_files import TRAINER_STATE_FILE, RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
 from hermes_nb.runs.results import RunStatus
 from hermes_nb.system import processes

@@ -31,7 +31,7 @@ from hermes_nb.api import (
 from hermes_nb.notebook.headless import execute_notebook, png_outputs
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.recorded_batches import read_trajectories
-from hermes_nb.protocol.run_layout import TRAJECTORIES_FILE
+from hermes_nb.protocol.run_files import TRAJECTORIES_FILE
 from hermes_nb.protocol.run_state import read_run_state
 from hermes_nb.protocol.trajectory import MASK_IGNORE
 from hermes_nb.runs.registry import known_run_ids

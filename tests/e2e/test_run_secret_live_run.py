@@ -24,7 +24,7 @@ from run_helpers import QUICK_TEST_CONFIG, run, run_pids, wait_for_status
 
 from hermes_nb.api import rl_check_status, rl_load_config, rl_select_environment, rl_start_training, rl_stop_training
 from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV
-from hermes_nb.protocol.run_layout import RUN_SECRET_FILE
+from hermes_nb.protocol.run_files import RUN_SECRET_FILE
 from hermes_nb.runs.results import RunStatus
 from hermes_nb.system import home
 from hermes_nb.system.secrets import read_run_secret

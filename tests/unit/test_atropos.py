@@ -27,7 +27,7 @@ from hermes_nb.frameworks import registry
 from hermes_nb.frameworks.contract import ServeRequest
 from hermes_nb.notebook.magics import HermesNB
 from hermes_nb.protocol import metrics as keys
-from hermes_nb.protocol.run_layout import ATROPOS_SERVE_FILE
+from hermes_nb.protocol.run_files import ATROPOS_SERVE_FILE
 from hermes_nb.selection import discovery
 from hermes_nb.system import home
 from hermes_nb.system.home import run_paths

@@ -10,7 +10,7 @@ from trained_backend import trained_backend
 
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import TransferError
-from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE
+from hermes_nb.protocol.run_files import TRAINER_STATE_FILE
 from hermes_nb.testing import make_tiny_model
 from hermes_nb.trainer.checkpoints import load_checkpoint, save_checkpoint
 from hermes_nb.trainer.local_backend import LocalBackend

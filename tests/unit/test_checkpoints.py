@@ -13,7 +13,7 @@ from trained_backend import trained_backend
 from hermes_nb.config import RunConfig
 from hermes_nb.protocol.checkpoints import read_checkpoints
 from hermes_nb.protocol.recorded_batches import read_trajectories
-from hermes_nb.protocol.run_layout import CHECKPOINTS_FILE, TRAJECTORIES_FILE
+from hermes_nb.protocol.run_files import CHECKPOINTS_FILE, TRAJECTORIES_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.testing import make_tiny_model
 from hermes_nb.trainer.checkpoints import load_checkpoint, record_batch, save_checkpoint

@@ -25,7 +25,7 @@ from hermes_nb.env_runtime.loading import load_env_class, make_env
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.model_test.runner import rl_test_inference
 from hermes_nb.protocol import metrics as keys
-from hermes_nb.protocol.run_layout import ENV_METRICS_FILE
+from hermes_nb.protocol.run_files import ENV_METRICS_FILE
 from hermes_nb.protocol.trajectory import (
     CORRECT_OVERRIDE,
     BatchResponse,

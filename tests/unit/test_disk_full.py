@@ -27,7 +27,7 @@ from hermes_nb.metrics.logger import MetricsLogger
 from hermes_nb.metrics.reader import read_metrics_file
 from hermes_nb.protocol.checkpoints import read_checkpoint_index, read_checkpoints
 from hermes_nb.protocol.recorded_batches import read_trajectories, trajectories_tail
-from hermes_nb.protocol.run_layout import CHECKPOINTS_FILE, DISK_RESERVE_FILE, TRAJECTORIES_FILE
+from hermes_nb.protocol.run_files import CHECKPOINTS_FILE, DISK_RESERVE_FILE, TRAJECTORIES_FILE
 from hermes_nb.protocol.run_state import RunState, read_run_state
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.runs.state_file import write_run_state

@@ -25,7 +25,7 @@ from hermes_nb.env_runtime import loop as runtime
 from hermes_nb.env_runtime.loading import load_env_class, make_env
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.protocol import metrics as keys
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.trajectory import Registration, ScoredDataGroup
 from hermes_nb.runs.status import check_status
 from hermes_nb.system.home import run_paths

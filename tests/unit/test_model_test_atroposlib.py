@@ -24,7 +24,7 @@ from side_envs import REPO_ROOT, side_env_python
 from hermes_nb import api
 from hermes_nb.errors import EnvironmentPythonError
 from hermes_nb.model_test.runner import rl_test_inference
-from hermes_nb.protocol.run_layout import INFERENCE_TESTS_DIR
+from hermes_nb.protocol.run_files import INFERENCE_TESTS_DIR
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.system import home
 

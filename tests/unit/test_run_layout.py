@@ -16,7 +16,7 @@ from hermes_nb.config import (
 )
 from hermes_nb.errors import ConfigError
 from hermes_nb.model_test.targets import resolve_targets
-from hermes_nb.protocol.run_layout import LOGGED_PROCESSES, PROCESS_NAMES
+from hermes_nb.protocol.run_files import LOGGED_PROCESSES, PROCESS_NAMES
 from hermes_nb.runs.launcher import initial_state, resolve_infrastructure, validate_for_start
 from hermes_nb.system import home
 from hermes_nb.system.home import run_paths

@@ -28,7 +28,7 @@ from run_dirs import (
 from hermes_nb import api
 from hermes_nb.errors import HermesNBError, UnknownRunError
 from hermes_nb.protocol import metrics as keys
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, read_run_state
 from hermes_nb.runs import wandb_remote
 

@@ -20,7 +20,7 @@ import torch
 import yaml
 
 from hermes_nb.protocol.auth import SECRET_ENV, capability_url
-from hermes_nb.protocol.run_layout import ATROPOS_SERVE_FILE, RUN_SECRET_FILE
+from hermes_nb.protocol.run_files import ATROPOS_SERVE_FILE, RUN_SECRET_FILE
 from hermes_nb.system import home
 from hermes_nb.system import secrets as run_secrets
 from hermes_nb.system.home import run_paths

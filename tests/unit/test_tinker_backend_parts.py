@@ -20,7 +20,7 @@ import torch
 from hermes_nb.config import RunConfig, TinkerConfig
 from hermes_nb.errors import TinkerError, TransferError
 from hermes_nb.inference.sampler import SampleRow
-from hermes_nb.protocol.run_layout import TRAINER_STATE_FILE
+from hermes_nb.protocol.run_files import TRAINER_STATE_FILE
 from hermes_nb.protocol.tinker import (
     SDK_DEFAULT_URL,
     TinkerCheckpoint,

@@ -22,7 +22,7 @@ from hermes_nb.metrics.logger import MetricsLogger
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.checkpoints import read_checkpoints
 from hermes_nb.protocol.recorded_batches import read_trajectories
-from hermes_nb.protocol.run_layout import CHECKPOINTS_FILE
+from hermes_nb.protocol.run_files import CHECKPOINTS_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.system.net import free_port
 from hermes_nb.testing import make_tiny_model

@@ -19,7 +19,7 @@ from hermes_nb.inference.sampler import SampleRow
 from hermes_nb.metrics.logger import MetricsLogger
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.checkpoints import read_checkpoints
-from hermes_nb.protocol.run_layout import CHECKPOINTS_FILE, TRAJECTORIES_FILE
+from hermes_nb.protocol.run_files import CHECKPOINTS_FILE, TRAJECTORIES_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.testing import make_tiny_model, shipped_shape
 from hermes_nb.trainer.checkpoints import record_batch, save_checkpoint

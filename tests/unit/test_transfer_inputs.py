@@ -9,7 +9,7 @@ import pytest
 
 from hermes_nb.config import EnvironmentRef, RunConfig, TrainerConfig
 from hermes_nb.errors import TransferError
-from hermes_nb.protocol.run_layout import RunPaths
+from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import RunState
 from hermes_nb.runs.state_file import write_run_state
 from hermes_nb.runs.transfer import resolve_transfer

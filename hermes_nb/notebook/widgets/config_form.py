@@ -30,7 +30,7 @@ from hermes_nb.notebook.widgets.fields import (
     locked_input,
     to_text,
 )
-from hermes_nb.notebook.widgets.form_layout import (
+from hermes_nb.notebook.widgets.form_sections import (
     LOCKED_TITLE,
     OPEN_SECTIONS,
     SECTION_TITLES,
