@@ -20,7 +20,7 @@ import hermes_nb
 from hermes_nb.tinker.calls import SDK_ALTERNATIVES, SDK_CALLS
 
 PACKAGE = Path(hermes_nb.__file__).resolve().parent
-TINKER_MODULES = [*sorted((PACKAGE / "trainer").glob("tinker_*.py")), PACKAGE / "inference" / "tinker_engine.py"]
+TINKER_MODULES = sorted((PACKAGE / "tinker").glob("*.py"))
 TYPES = ("Datum", "AdamParams", "SamplingParams")
 
 # Run in the interpreter of the SDK checked: for each list of calls given (JSON), the calls that do not bind.
