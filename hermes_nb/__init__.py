@@ -1,7 +1,8 @@
 """hermes-nb: RL training of language models on verifiable environments, from Jupyter.
 
 ``%load_ext hermes_nb`` registers the ``%rl_*`` magics; ``await hermes_nb.rl_list_environments()`` and the other
-``rl_*`` coroutines are the core API; ``hermes_nb.run_sync(coro)`` runs one from synchronous code.
+``rl_*`` coroutines are the core API; ``hermes_nb.run_sync(coro)`` runs one from synchronous code. The ``rl_*``
+names come from the command table (``hermes_nb.commands``), which also makes the magics, the CLI and the agent tools.
 Every name is imported on first use (module ``__getattr__``), so ``import hermes_nb`` stays fast and pulls in
 neither pydantic models nor torch, wandb or the notebook stack.
 """
@@ -11,25 +12,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from hermes_nb import commands as _commands
+
 __version__ = "0.1.0"
 
-# public name -> module that defines it. The run lifecycle names resolve through hermes_nb.api, which re-exports
-# them from hermes_nb.runs.api.
+# The rl_* commands are exported from the command table (hermes_nb.commands); the other public names, each the
+# module that defines it:
 _EXPORTS: dict[str, str] = {
-    "rl_list_environments": "hermes_nb.api",
-    "rl_select_environment": "hermes_nb.api",
-    "rl_get_current_config": "hermes_nb.api",
-    "rl_edit_config": "hermes_nb.api",
-    "rl_reset_config": "hermes_nb.api",
-    "rl_load_config": "hermes_nb.api",
-    "rl_start_training": "hermes_nb.api",
-    "rl_check_status": "hermes_nb.api",
-    "rl_stop_training": "hermes_nb.api",
-    "rl_list_runs": "hermes_nb.api",
-    "rl_get_results": "hermes_nb.api",
-    "rl_get_samples": "hermes_nb.api",
-    "rl_tail_logs": "hermes_nb.api",
-    "rl_test_inference": "hermes_nb.api",
     "HermesNBError": "hermes_nb.errors",
     "BaseEnv": "hermes_nb.env",
     "BaseEnvConfig": "hermes_nb.env",
@@ -39,59 +28,38 @@ _EXPORTS: dict[str, str] = {
     "dashboard": "hermes_nb.notebook",
     "save_metrics_plot": "hermes_nb.plotting",
 }
+_COMMANDS: dict[str, str] = {command.name: command.module for command in _commands.exported()}
 
-__all__ = [
-    "BaseEnv",
-    "BaseEnvConfig",
-    "HermesNBError",
-    "ScoredDataGroup",
-    "__version__",
-    "dashboard",
-    "load_ipython_extension",
-    "rl_check_status",
-    "rl_edit_config",
-    "rl_get_current_config",
-    "rl_get_results",
-    "rl_get_samples",
-    "rl_list_environments",
-    "rl_list_runs",
-    "rl_load_config",
-    "rl_reset_config",
-    "rl_select_environment",
-    "rl_start_training",
-    "rl_stop_training",
-    "rl_tail_logs",
-    "rl_test_inference",
-    "run_sync",
-    "save_metrics_plot",
-]
+__all__ = sorted([*_COMMANDS, *_EXPORTS, "__version__", "load_ipython_extension"])
 
+# For type checkers: the same names, statically. tests/unit/test_command_table.py checks the rl_* ones against the
+# table (each from the module the table names).
 if TYPE_CHECKING:
-    from hermes_nb.api import (
-        rl_check_status,
-        rl_edit_config,
-        rl_get_current_config,
-        rl_get_results,
-        rl_get_samples,
-        rl_list_environments,
-        rl_list_runs,
-        rl_load_config,
-        rl_reset_config,
-        rl_select_environment,
-        rl_start_training,
-        rl_stop_training,
-        rl_tail_logs,
-        rl_test_inference,
-    )
-    from hermes_nb.env import BaseEnv, BaseEnvConfig, ScoredDataGroup
-    from hermes_nb.errors import HermesNBError
-    from hermes_nb.notebook.dashboard import dashboard
-    from hermes_nb.plotting import save_metrics_plot
-    from hermes_nb.syncio import run_sync
+    from hermes_nb.env import BaseEnv as BaseEnv
+    from hermes_nb.env import BaseEnvConfig as BaseEnvConfig
+    from hermes_nb.env import ScoredDataGroup as ScoredDataGroup
+    from hermes_nb.errors import HermesNBError as HermesNBError
+    from hermes_nb.model_test.runner import rl_test_inference as rl_test_inference
+    from hermes_nb.notebook.dashboard import dashboard as dashboard
+    from hermes_nb.plotting import save_metrics_plot as save_metrics_plot
+    from hermes_nb.rollouts.commands import rl_get_samples as rl_get_samples
+    from hermes_nb.runs.commands import rl_check_status as rl_check_status
+    from hermes_nb.runs.commands import rl_get_results as rl_get_results
+    from hermes_nb.runs.commands import rl_list_runs as rl_list_runs
+    from hermes_nb.runs.commands import rl_start_training as rl_start_training
+    from hermes_nb.runs.commands import rl_stop_training as rl_stop_training
+    from hermes_nb.runs.commands import rl_tail_logs as rl_tail_logs
+    from hermes_nb.selection.commands import rl_edit_config as rl_edit_config
+    from hermes_nb.selection.commands import rl_get_current_config as rl_get_current_config
+    from hermes_nb.selection.commands import rl_list_environments as rl_list_environments
+    from hermes_nb.selection.commands import rl_load_config as rl_load_config
+    from hermes_nb.selection.commands import rl_reset_config as rl_reset_config
+    from hermes_nb.selection.commands import rl_select_environment as rl_select_environment
+    from hermes_nb.syncio import run_sync as run_sync
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    module = _COMMANDS.get(name) or _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'hermes_nb' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

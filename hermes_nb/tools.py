@@ -1,9 +1,9 @@
-"""The ``rl_*`` functions as LLM-agent tools: same names and arguments, JSON strings in and out.
+"""The ``rl_*`` commands as LLM-agent tools: same names and arguments, JSON strings in and out.
 
 Each tool is ``async``, as the Hermes Agent RL training tool's are, so an agent calls it the same way; it
-answers ``result.to_dict()`` as JSON, or ``{"error": "..."}`` for a user mistake (``HermesNBError``). Add a tool
-with one line:
-``rl_new_thing = json_tool(api.rl_new_thing)``.
+answers ``result.to_dict()`` as JSON, or ``{"error": "..."}`` for a user mistake (``HermesNBError``). The tools are
+made from the command table (``hermes_nb.commands``, the commands with ``tool=True``): ``tools.rl_edit_config``, or
+every one by name from ``all_tools()``. Each is built on first use, so importing this module imports no core.
 """
 
 from __future__ import annotations
@@ -13,23 +13,24 @@ import json
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec
 
-from hermes_nb import api
+from hermes_nb import commands
 from hermes_nb.errors import HermesNBError
-from hermes_nb.results import Result
-from hermes_nb.system.secrets import redact
 
 P = ParamSpec("P")
+Tool = Callable[..., Coroutine[Any, Any, str]]
 
 
 def _dumps(data: Any) -> str:
     return json.dumps(data, indent=2, default=str)
 
 
-def json_tool(core: Callable[P, Awaitable[Result]]) -> Callable[P, Coroutine[Any, Any, str]]:
+def json_tool(core: Callable[P, Awaitable[Any]]) -> Callable[P, Coroutine[Any, Any, str]]:
     """Wrap an async core function so that it answers a JSON string and never raises a user error."""
 
     @functools.wraps(core)
     async def tool(*args: P.args, **kwargs: P.kwargs) -> str:
+        from hermes_nb.results import redact
+
         try:
             result = await core(*args, **kwargs)
         except HermesNBError as exc:
@@ -39,22 +40,18 @@ def json_tool(core: Callable[P, Awaitable[Result]]) -> Callable[P, Coroutine[Any
     return tool
 
 
-rl_list_environments = json_tool(api.rl_list_environments)
-rl_select_environment = json_tool(api.rl_select_environment)
-rl_get_current_config = json_tool(api.rl_get_current_config)
-rl_edit_config = json_tool(api.rl_edit_config)
-rl_reset_config = json_tool(api.rl_reset_config)
-rl_load_config = json_tool(api.rl_load_config)
-rl_start_training = json_tool(api.rl_start_training)
-rl_check_status = json_tool(api.rl_check_status)
-rl_stop_training = json_tool(api.rl_stop_training)
-rl_list_runs = json_tool(api.rl_list_runs)
-rl_get_results = json_tool(api.rl_get_results)
-rl_tail_logs = json_tool(api.rl_tail_logs)
-rl_test_inference = json_tool(api.rl_test_inference)
-rl_get_samples = json_tool(api.rl_get_samples)
+@functools.cache
+def _tool(name: str) -> Tool:
+    command = next(command for command in commands.tools() if command.name == name)
+    return json_tool(command.core())
 
 
-def all_tools() -> dict[str, Callable[..., Coroutine[Any, Any, str]]]:
-    """Name -> tool, for agent frameworks that register tools from a mapping (every ``rl_*`` above)."""
-    return {name: value for name, value in globals().items() if name.startswith("rl_") and callable(value)}
+def all_tools() -> dict[str, Tool]:
+    """Name -> tool, for agent frameworks that register tools from a mapping (every tool command of the table)."""
+    return {command.name: _tool(command.name) for command in commands.tools()}
+
+
+def __getattr__(name: str) -> Tool:
+    if name not in {command.name for command in commands.tools()}:
+        raise AttributeError(f"module 'hermes_nb.tools' has no attribute {name!r}")
+    return _tool(name)

@@ -17,7 +17,9 @@ from core_env_files import SIMPLE_ENV, write_env
 from run_dirs import FINISHED_ID, OTHER_ID, TRAINER_ROWS, this_process, write_finished_run, write_rows, write_state
 
 from hermes_nb import api
-from hermes_nb.cli import COMMANDS, EXIT_RUN_FAILED, _finish_start, build_parser, follow_run, main
+from hermes_nb.cli import EXIT_RUN_FAILED, build_parser, follow_run, main, print_started
+from hermes_nb.model_test import runner
+from hermes_nb.runs.results import StartResult
 from hermes_nb.system import home
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -180,7 +182,7 @@ def test_test_leaves_options_not_given_to_the_core(here: Runner, monkeypatch: py
         calls.append(kwargs)
         return "tested"
 
-    monkeypatch.setattr(api, "rl_test_inference", fake_test, raising=False)
+    monkeypatch.setattr(runner, "rl_test_inference", fake_test)
     assert here("test").returncode == 0
     assert here("test", "--steps", "2", "--group-size", "4", "--models", "a, b").returncode == 0
     assert calls == [{"models": None}, {"num_steps": 2, "group_size": 4, "models": ["a", "b"]}]
@@ -225,6 +227,14 @@ def test_following_a_run_ends_when_it_does(capsys: pytest.CaptureFixture[str]) -
     assert progress[0] == f"{RUNNING_ID}: running, step 2/10, reward 0.4"
     assert progress[-1] == f"{RUNNING_ID}: failed, step 4/10, reward 0.6"
     assert len(progress) == len(set(progress))  # a line only when something changed
-    args = build_parser().parse_args(["start", "--wait"])
-    assert COMMANDS[[c.name for c in COMMANDS].index("start")].finish is not None
-    assert _finish_start((None, final), args) == EXIT_RUN_FAILED
+
+
+def test_start_wait_exits_1_when_the_run_failed(capsys: pytest.CaptureFixture[str]) -> None:
+    write_state(RUNNING_ID, "failed", processes={"supervisor": this_process()}, error="trainer exited with code 1")
+    started = StartResult(
+        run_id=RUNNING_ID, status="starting", environment="arithmetic", run_dir="", logs={},
+        wandb_project="p", wandb_run_name="r", total_steps=10,
+    )  # fmt: skip
+    assert print_started(started, build_parser().parse_args(["start", "--wait"])) == EXIT_RUN_FAILED
+    out = capsys.readouterr().out
+    assert out.startswith(f"{RUNNING_ID}\n") and "failed" in out

@@ -18,7 +18,7 @@ from hermes_nb.errors import (
     NoEnvironmentSelectedError,
     UnknownFieldError,
 )
-from hermes_nb.selection import session
+from hermes_nb.selection import editing, service, session
 from hermes_nb.selection.editing import parse_assignments
 
 
@@ -118,6 +118,39 @@ def test_all_problems_of_a_dict_edit_are_reported_at_once(selected: None) -> Non
         edit({"env.group_size": 1, "trainer.learning_rate": -1})
     assert "env.group_size" in str(info.value)
     assert "trainer.learning_rate" in str(info.value)
+
+
+def test_a_checked_apply_that_passes_validates_once_and_saves(selected: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    validated: list[dict[str, Any]] = []
+    real_apply_edits = editing.apply_edits
+
+    def counted(state: session.SessionState, edits: dict[str, Any]) -> Any:
+        validated.append(dict(edits))
+        return real_apply_edits(state, edits)
+
+    monkeypatch.setattr(editing, "apply_edits", counted)
+    outcome = service.apply_checked({"group_size": "4", "trainer.learning_rate": "1e-4"})
+    assert outcome.applied is not None
+    assert outcome.applied.changed == {"env.group_size": 4, "trainer.learning_rate": 1e-4}
+    assert validated == [{"group_size": "4", "trainer.learning_rate": "1e-4"}]
+    assert values()["env.group_size"] == 4
+
+
+def test_a_checked_apply_names_each_refused_field_and_changes_nothing(selected: None) -> None:
+    before = snapshot()
+    outcome = service.apply_checked({"group_size": "1", "digits": "99", "trainer.learning_rate": "1e-4"})
+    assert outcome.applied is None
+    assert set(outcome.refused) == {"group_size", "digits"}
+    assert "greater than or equal to 2" in outcome.refused["group_size"]
+    assert snapshot() == before
+
+
+def test_a_checked_apply_refused_by_no_single_field_says_why_once(selected: None) -> None:
+    before = snapshot()
+    outcome = service.apply_checked({"group_size": 4, "env.group_size": 6})
+    assert (outcome.applied, outcome.refused) == (None, {})
+    assert "given twice" in outcome.message
+    assert snapshot() == before
 
 
 def test_trainer_fields_edit_before_any_selection_env_fields_do_not() -> None:

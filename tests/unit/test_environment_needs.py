@@ -10,7 +10,7 @@ import pytest
 from hermes_nb.api import rl_select_environment
 from hermes_nb.config import EMBEDDED_BASE_MODEL, EMBEDDED_CHAT_MODEL
 from hermes_nb.errors import ConfigError
-from hermes_nb.runs.api import rl_start_training
+from hermes_nb.runs.commands import rl_start_training
 from hermes_nb.system import home
 
 

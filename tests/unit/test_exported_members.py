@@ -72,18 +72,18 @@ def test_notebook_layer_names_are_the_real_objects() -> None:
     assert hermes_nb.save_metrics_plot is plotting.save_metrics_plot
 
 
-def test_lifecycle_functions_are_the_runs_api_reexported() -> None:
+def test_lifecycle_functions_are_the_run_commands_reexported() -> None:
     from hermes_nb import api
-    from hermes_nb.runs import api as runs_api
+    from hermes_nb.runs import commands as runs_commands
 
     for name in LIFECYCLE:
-        assert getattr(hermes_nb, name) is getattr(runs_api, name) is getattr(api, name), name
+        assert getattr(hermes_nb, name) is getattr(runs_commands, name) is getattr(api, name), name
         assert inspect.iscoroutinefunction(getattr(hermes_nb, name)), name
 
 
-def test_the_runs_api_imports_without_the_public_api() -> None:
-    # hermes_nb.api imports hermes_nb.runs.api at its end; the reverse would be an import cycle.
-    code = "import sys, hermes_nb.runs.api; print('hermes_nb.api' in sys.modules)"
+def test_the_run_commands_import_without_the_public_api() -> None:
+    # hermes_nb.api imports hermes_nb.runs.commands at its end; the reverse would be an import cycle.
+    code = "import sys, hermes_nb.runs.commands; print('hermes_nb.api' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

@@ -14,14 +14,14 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from notebook_runs import append_trainer_rows, make_run
 
-import hermes_nb.api
-import hermes_nb.runs.api
+import hermes_nb.model_test.runner
+import hermes_nb.runs.commands
 from hermes_nb.api import rl_get_current_config
 from hermes_nb.notebook import kernel_runs
 from hermes_nb.notebook.live_plot import LivePlot
 from hermes_nb.notebook.magics import HermesNB
 from hermes_nb.protocol.run_state import ProcessRecord
-from hermes_nb.runs.api import rl_tail_logs
+from hermes_nb.runs.commands import rl_tail_logs
 from hermes_nb.runs.results import LogTail, RunStatus, StartResult
 from hermes_nb.selection.results import ConfigView, EnvironmentList, SelectionResult
 from hermes_nb.syncio import run_sync
@@ -177,7 +177,7 @@ def test_rl_start_passes_overrides_and_becomes_the_default_run(
             wandb_project="p", wandb_run_name="r", total_steps=5,
         )  # fmt: skip
 
-    monkeypatch.setattr(hermes_nb.runs.api, "rl_start_training", fake_start)
+    monkeypatch.setattr(hermes_nb.runs.commands, "rl_start_training", fake_start)
     line(ip, "rl_start total_steps=5 trainer.learning_rate=1e-3")
     assert calls == [{"total_steps": "5", "trainer.learning_rate": "1e-3"}]
     assert line(ip, "rl_status").run_id == OLDER
@@ -204,7 +204,7 @@ def test_rl_test_parses_models_for_the_core(ip: InteractiveShell, monkeypatch: p
         calls.append(kwargs)
         return kwargs
 
-    monkeypatch.setattr(hermes_nb.api, "rl_test_inference", fake_test, raising=False)
+    monkeypatch.setattr(hermes_nb.model_test.runner, "rl_test_inference", fake_test)
     line(ip, "rl_test --steps 2 --group-size 4 --models a,b")
     assert calls == [{"num_steps": 2, "group_size": 4, "models": ["a", "b"]}]
 
@@ -216,7 +216,7 @@ def test_rl_test_leaves_options_not_given_to_the_core(ip: InteractiveShell, monk
         calls.append(kwargs)
         return kwargs
 
-    monkeypatch.setattr(hermes_nb.api, "rl_test_inference", fake_test, raising=False)
+    monkeypatch.setattr(hermes_nb.model_test.runner, "rl_test_inference", fake_test)
     line(ip, "rl_test")
     assert calls == [{"models": None}]
 

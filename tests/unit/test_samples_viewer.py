@@ -17,7 +17,7 @@ import hermes_nb.tools
 from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook import kernel_runs
 from hermes_nb.notebook.widgets.samples import SamplesViewer
-from hermes_nb.rollouts.api import rl_get_samples
+from hermes_nb.rollouts.commands import rl_get_samples
 from hermes_nb.rollouts.samples import SampleView
 from hermes_nb.syncio import run_sync
 from hermes_nb.trainer.advantages import normalized_scores

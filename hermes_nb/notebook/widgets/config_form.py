@@ -1,8 +1,9 @@
 """Config form generated from the ``ConfigView``: editable fields by section, locked fields disabled.
 
-Apply is all-or-nothing. Each changed field is first checked alone against the current state (the core's
-pure ``editing.apply_edits``, which saves nothing) so every refusal is shown beside its own field; only when
-all pass does one ``rl_edit_config(dict)`` call apply them together.
+The form calls the synchronous selection service (``selection/service.py``), not the async ``rl_*`` commands:
+nothing there waits, so a button's callback needs no event loop. Apply is all-or-nothing and one call,
+``service.apply_checked``: the edits are validated together once and, when that passes, saved; when it refuses, each
+edit is checked alone so every refusal is shown beside its own field (a rule across fields, once for the form).
 
 The config can also change from a cell (``rl_edit_config``, ``rl_load_config``) or another process. While the
 form is shown, a daemon thread compares the session file's identity every second (one ``stat``) and, when it
@@ -18,7 +19,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from hermes_nb.errors import ConfigError, HermesNBError
+from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook.refresher import Refresher
 from hermes_nb.notebook.widgets.fields import (
     ERROR_LAYOUT,
@@ -38,9 +39,8 @@ from hermes_nb.notebook.widgets.form_sections import (
     section,
     section_of,
 )
-from hermes_nb.selection import session
+from hermes_nb.selection import service, session
 from hermes_nb.selection.results import ConfigField, ConfigView
-from hermes_nb.syncio import run_sync
 
 # A stat of the session file each second notices a cell's edit before the user looks back at the form.
 WATCH_INTERVAL_S = 1.0
@@ -123,10 +123,8 @@ class ConfigForm:
         self._reload_callbacks.append(callback)
 
     def reload(self) -> None:
-        from hermes_nb.api import rl_get_current_config
-
         file_id = session.file_id()  # before reading: a change made while reading is seen by the next check
-        view = run_sync(rl_get_current_config())
+        view = service.config_view()
         with self._lock:
             self.load(view)
             self._file_id = file_id
@@ -150,12 +148,10 @@ class ConfigForm:
 
         Rows the user has edited keep their text (and are still told apart from the new value by Apply).
         """
-        from hermes_nb.api import rl_get_current_config
-
         file_id = session.file_id()
         if file_id == self._file_id:
             return False
-        view = run_sync(rl_get_current_config())
+        view = service.config_view()
         with self._lock:
             kept = self._take(view)
             self._file_id = file_id
@@ -201,53 +197,41 @@ class ConfigForm:
         return out
 
     def apply(self) -> bool:
-        """Check each edit, show refusals beside their fields; apply all together only if none is refused."""
-        from hermes_nb.api import rl_edit_config
-
+        """Apply every edit together, or none: refusals are shown beside their fields."""
         edits = self.edits()
         for row in self.rows.values():
             row.show_error("")
-        errors = self._field_errors(edits)
-        if errors:
-            for name, message in errors.items():
-                self.rows[name].show_error(message)
-            self._say(f"Nothing applied: {len(errors)} field(s) refused.", error=True)
-            return False
         if not edits:
             self._say("No changes.")
             return True
         try:
-            result = run_sync(rl_edit_config(edits))
-        except HermesNBError as exc:  # a rule across fields: shown once, for the whole form
+            outcome = service.apply_checked(edits)
+        except HermesNBError as exc:  # e.g. the session cannot be read: nothing applied
             self._say(f"Nothing applied: {exc}", error=True)
             return False
-        self.load(result.config)
-        self._say(result.message)
+        if outcome.applied is None:
+            return self._refused(outcome)
+        self.load(outcome.applied.config)
+        self._say(outcome.applied.message)
         return True
 
-    def reset(self) -> None:
-        from hermes_nb.api import rl_reset_config
+    def _refused(self, outcome: service.CheckedEdit) -> bool:
+        for name, message in outcome.refused.items():
+            self.rows[name].show_error(message)
+        if outcome.refused:
+            self._say(f"Nothing applied: {len(outcome.refused)} field(s) refused.", error=True)
+        else:  # a rule across fields: shown once, for the whole form
+            self._say(f"Nothing applied: {outcome.message}", error=True)
+        return False
 
+    def reset(self) -> None:
         try:
-            view = run_sync(rl_reset_config())
+            view = service.reset_config()
         except HermesNBError as exc:
             self._say(str(exc), error=True)
             return
         self.load(view)
         self._say("Reset to the defaults.")
-
-    def _field_errors(self, edits: dict[str, Any]) -> dict[str, str]:
-        from hermes_nb.api import current_state
-        from hermes_nb.selection import editing
-
-        state = current_state()
-        errors: dict[str, str] = {}
-        for name, value in edits.items():
-            try:
-                editing.apply_edits(state, {name: value})
-            except ConfigError as exc:
-                errors[name] = str(exc).removeprefix(f"{name}: ")
-        return errors
 
     def _say(self, message: str, error: bool = False) -> None:
         style = " style='color:#b00020'" if error else ""

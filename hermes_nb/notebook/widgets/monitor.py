@@ -85,7 +85,7 @@ class RunMonitor:
 
     def start(self) -> StartResult | None:
         """Start a run with the current config and follow it."""
-        from hermes_nb.runs.api import rl_start_training
+        from hermes_nb.runs.commands import rl_start_training
 
         self._say("Starting …")
         try:
@@ -102,7 +102,7 @@ class RunMonitor:
 
     def stop(self) -> None:
         """Ask the run to stop; the refresh shows ``stopping`` and then ``stopped``."""
-        from hermes_nb.runs.api import rl_stop_training
+        from hermes_nb.runs.commands import rl_stop_training
 
         if self.run_id is None:
             self._say("No run to stop.", error=True)
@@ -122,7 +122,7 @@ class RunMonitor:
 
     def refresh(self) -> bool:
         """Show the run's current state; True while the run goes on (the refresh thread's tick)."""
-        from hermes_nb.runs.api import rl_check_status
+        from hermes_nb.runs.commands import rl_check_status
 
         if self.run_id is None:
             self.status.value = "No run yet: choose an environment and press <b>Start</b>."

@@ -12,7 +12,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from hermes_nb.errors import HermesNBError
-from hermes_nb.rollouts.api import rl_get_samples
+from hermes_nb.rollouts.commands import rl_get_samples
 from hermes_nb.rollouts.samples import DEFAULT_SAMPLES, SampleOrder, SampleView
 from hermes_nb.syncio import run_sync
 

@@ -1,4 +1,4 @@
-"""The async run-lifecycle functions of the public API; ``hermes_nb.api`` re-exports them.
+"""The async run-lifecycle commands (`rl_start_training` ...) of the public surface; ``hermes_nb.api`` re-exports them.
 
 The work is blocking file and process handling, so each call runs it in a worker thread: a notebook's event
 loop (and the widgets refreshing on it) is never blocked by a stop that waits for a final checkpoint.

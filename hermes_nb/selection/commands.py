@@ -1,0 +1,165 @@
+"""The selection commands of the public surface: list and select environments, read, edit, reset and load the
+run config (``rl_list_environments`` ... ``rl_load_config``); ``hermes_nb.api`` re-exports them.
+
+State (the selected environment and its config) lives in ``hermes_nb.selection.session`` and is shared with the CLI
+and other processes. Reading, editing and resetting the config are the synchronous ``selection.service``; these
+coroutines are its async face, and add what does wait: the scan of the search path and the schema read in a child
+process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hermes_nb.config import LOCKED_FIELDS
+from hermes_nb.errors import ConfigError, UnknownEnvironmentError
+from hermes_nb.frameworks import registry
+from hermes_nb.selection import discovery, editing, service, session
+from hermes_nb.selection.current import ensure_started
+from hermes_nb.selection.discovery import EnvironmentInfo
+from hermes_nb.selection.results import ConfigView, EditResult, EnvironmentList, SelectionResult
+from hermes_nb.selection.schema import read_schema
+from hermes_nb.selection.service import EDIT_LOCK
+from hermes_nb.system import home
+
+
+async def rl_list_environments() -> EnvironmentList:
+    """Every environment on the search path (shipped + ``HERMES_NB_ENV_PATH``), and files that failed to parse."""
+    ensure_started()
+    environments, errors = await asyncio.to_thread(discovery.scan)
+    return EnvironmentList(environments=environments, errors=errors)
+
+
+async def rl_select_environment(name: str) -> SelectionResult:
+    """Select ``name`` and load its default config (read in a child process; the caller never imports it)."""
+    ensure_started()
+    info = await _find_environment(name)
+    env_schema = await read_schema(info.file, info.class_name, framework=info.framework)
+    with EDIT_LOCK:
+        state = editing.selected_state(session.load(), info, env_schema)
+        session.save(state)
+    view = editing.build_view(state)
+    return SelectionResult(environment=info, config=view, message=f"Selected environment: {_described(info)}")
+
+
+async def rl_get_current_config() -> ConfigView:
+    """Configurable fields (type, default, value, constraints) and locked fields with their values."""
+    return service.config_view()
+
+
+async def rl_edit_config(field: str | dict[str, Any], value: Any = None) -> EditResult:
+    """Set one field (``rl_edit_config("group_size", 8)``) or several at once (``rl_edit_config({...})``).
+
+    Names are dotted (``trainer.learning_rate``) or bare when unambiguous; text values are parsed ("1e-4",
+    "true", "none"). All-or-nothing: on any error nothing changes.
+    """
+    edits = dict(field) if isinstance(field, dict) else {field: value}
+    return service.edit_config(edits)
+
+
+async def rl_reset_config() -> ConfigView:
+    """Back to the defaults of the selected environment (its ``config_init()``), trainer and W&B."""
+    return service.reset_config()
+
+
+async def rl_load_config(path: str | Path) -> EditResult:
+    """Apply a YAML config file (sections ``env``, ``trainer``, ``wandb``; optional ``environment: NAME``).
+
+    The file's values are edits on top of the current config, with the same validation, all-or-nothing.
+    Locked fields in the file (a saved run's ``config.yaml`` has them) are not applied and are listed in
+    ``ignored``; the ``infra`` section is ignored likewise.
+    """
+    ensure_started()
+    data = _read_config_file(_config_path(Path(path)))
+    selection = await _selection_from_file(data, str(path))
+    edits, ignored = _edits_from_file(data)
+    with EDIT_LOCK:
+        base = session.load()
+        if selection is not None:
+            base = editing.selected_state(base, *selection)
+        state, changed, previous = editing.apply_edits(base, edits)
+        session.save(state)
+    return EditResult(
+        changed=changed, previous=previous, ignored=ignored, source=str(path), config=editing.build_view(state)
+    )
+
+
+def _described(info: EnvironmentInfo) -> str:
+    """The name, as its framework names it (an atroposlib one: with the Python that runs it)."""
+    return registry.adapter(info.framework).described(info.name)
+
+
+async def _find_environment(name: str) -> EnvironmentInfo:
+    environments, _ = await asyncio.to_thread(discovery.scan)
+    for info in environments:
+        if info.name == name:
+            return info
+    names = [e.name for e in environments]
+    if not names:
+        dirs = ", ".join(str(p) for p in home.environment_search_path())
+        raise UnknownEnvironmentError(f"unknown environment {name!r}: no environments found in {dirs}")
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    hint = f"; closest: {', '.join(close)}" if close else ""
+    raise UnknownEnvironmentError(f"unknown environment {name!r}{hint}; available: {', '.join(sorted(names))}")
+
+
+def _config_path(path: Path) -> Path:
+    """``path``, or for a relative path that does not exist here, the same path in the project or configs/."""
+    if path.is_absolute() or path.exists():
+        return path
+    for candidate in (home.PROJECT_ROOT / path, home.shipped_configs_dir() / path.name):
+        if candidate.is_file():
+            return candidate
+    return path
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping with env/trainer/wandb sections")
+    unknown = sorted(set(data) - {"environment", "env", "trainer", "wandb", "infra"})
+    if unknown:
+        raise ConfigError(
+            f"config file {path}: unknown section(s) {', '.join(unknown)}; accepted: environment, env/trainer/wandb"
+        )
+    return data
+
+
+async def _selection_from_file(data: dict[str, Any], source: str) -> tuple[EnvironmentInfo, Any] | None:
+    wanted = data.get("environment")
+    if isinstance(wanted, dict):
+        wanted = wanted.get("name")
+    if wanted is None:
+        return None
+    if not isinstance(wanted, str):
+        raise ConfigError(f"config file {source}: 'environment' must be an environment name")
+    info = await _find_environment(wanted)
+    return info, await read_schema(info.file, info.class_name, framework=info.framework)
+
+
+def _edits_from_file(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    edits: dict[str, Any] = {}
+    ignored: list[str] = []
+    for section in editing.SECTIONS:
+        values = data.get(section) or {}
+        if not isinstance(values, dict):
+            raise ConfigError(f"config section {section!r} must be a mapping of field: value")
+        for key, value in values.items():
+            name = f"{section}.{key}"
+            if name in LOCKED_FIELDS:
+                ignored.append(name)
+            else:
+                edits[name] = value
+    return edits, ignored
