@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup side-envs main test lint typecheck unit e2e browser bench clean
+.PHONY: setup warm-up side-envs main test lint typecheck unit e2e browser bench clean
 
 setup: $(STAMP)
 
@@ -22,7 +22,15 @@ $(STAMP): pyproject.toml scripts/ensure_chromium.sh
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
 	$(PY) -m pip install -q -e ".[train,lora,notebook,dev,browser,tinker]" "$(TORCH_PIN)"
+	$(MAKE) warm-up
 	touch $(STAMP)
+
+# First-use work done once here, not in a user's first kernel (nor the browser test's first run, whose widget
+# waits it once overran): byte-code of the package, matplotlib's font cache, and the notebook stack, torch and
+# transformers read once, so that a first kernel and a first trainer find them in the OS's file cache.
+warm-up:
+	$(PY) -m compileall -q hermes_nb
+	$(PY) -c "import hermes_nb.notebook, ipykernel.kernelapp, jupyterlab, torch, transformers"
 
 # Side environments the tests need (scripts/side_envs/NAME.txt -> .venvs/NAME), cached by a stamp; CI builds them anew.
 side-envs:

@@ -21,14 +21,17 @@ from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 
 # atroposlib's key -> the run's key, where both name the same quantity. Keys shared already
-# (train/percent_correct, eval/percent_correct in atroposlib's own environments) and keys the run has no name for
-# pass through unchanged.
+# (eval/percent_correct in atroposlib's own environments) and keys the run has no name for pass through unchanged,
+# except that train/* is the trainer's: any other train/ key of the environment's becomes env/ (env_key).
 RENAMED_KEYS: dict[str, str] = {
+    # An environment's own count over its own buffer: train/percent_correct is the trainer's (the trained batch),
+    # env/percent_correct the bridge's (the same completions as env/reward_mean), so it keeps a name of its own.
+    "train/percent_correct": keys.ENV_REPORTED_PERCENT_CORRECT,
     # BaseEnv.wandb_log: mean trained (unmasked) tokens per sequence since the last log.
     "train/completion_lengths": keys.ENV_COMPLETION_TOKENS_MEAN,
     # BaseEnv.perf_stats: the mean time of one collect_trajectories call. (Its train/items_rejected is not the
     # run's env/failed_groups: it also counts calls that returned nothing on purpose, as a group whose scores are
-    # all equal, so it keeps its own name.)
+    # all equal, so it keeps a name of its own, env/items_rejected.)
     "train_perf/task_duration_mean": keys.ENV_SECONDS_PER_GROUP,
 }
 # atroposlib's count of successful collect_trajectories calls: the bridge counts the groups actually posted and
@@ -43,8 +46,14 @@ def run_metric_values(logged: Mapping[str, Any]) -> dict[str, float]:
         number = _number(value)
         if key in DROPPED_KEYS or number is None:
             continue
-        values[RENAMED_KEYS.get(key, key)] = number
+        values[RENAMED_KEYS.get(key) or env_key(key)] = number
     return values
+
+
+def env_key(key: str) -> str:
+    """An environment's ``train/`` key under ``env/`` (``train/items_rejected`` -> ``env/items_rejected``): the
+    trainer alone writes ``train/*``, so a key never names two populations in two files."""
+    return keys.ENV_PREFIX + key.removeprefix(keys.TRAIN_PREFIX) if key.startswith(keys.TRAIN_PREFIX) else key
 
 
 def _number(value: Any) -> float | None:
@@ -90,15 +99,15 @@ class EnvMetricsSink:
     def log(self, step: int, logged: Mapping[str, Any]) -> dict[str, float]:
         """A ``wandb_log`` dict at trainer step ``step``: the row written (none when there is nothing to say).
 
-        What the environment logs itself wins over what the bridge measured (its own ``train/percent_correct``
-        knows its scoring; the bridge's judges by ``ScoredDataGroup.verdicts``)."""
+        The reward and percent correct of the completions the bridge saw are its own to write (``env/*``, one
+        population, verdicts by ``ScoredDataGroup.verdicts``); the environment's own count is written beside
+        them as ``env/reported_percent_correct``."""
         values = run_metric_values(logged)
         for key, value in self.eval_logged.items():
             if values.get(key) == value:
                 del values[key]
         self.eval_logged = {}
-        for key, value in self._sampling_values().items():
-            values.setdefault(key, value)
+        values.update(self._sampling_values())
         self._write(step, values)
         return values
 
@@ -114,8 +123,8 @@ class EnvMetricsSink:
     def _sampling_values(self) -> dict[str, float]:
         values: dict[str, float] = {}
         if self.scores:
-            values[keys.TRAIN_REWARD_MEAN] = sum(self.scores) / len(self.scores)
-            values[keys.TRAIN_PERCENT_CORRECT] = sum(self.verdicts) / len(self.verdicts)
+            values[keys.ENV_REWARD_MEAN] = sum(self.scores) / len(self.scores)
+            values[keys.ENV_PERCENT_CORRECT] = sum(self.verdicts) / len(self.verdicts)
         if self.groups_seen or self.groups_posted:
             values[keys.ENV_GROUPS_POSTED] = float(self.groups_posted)
             values[keys.ENV_GROUPS_SKIPPED] = float(max(0, self.groups_seen - self.groups_posted))

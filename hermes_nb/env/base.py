@@ -8,9 +8,9 @@ groups to a JSONL without an API, for inspection) and ``evaluate``.
 The scoring convention: reward ``1.0`` for a correct completion and ``0.0`` otherwise unless the task has
 partial credit. Whether a completion is correct is the environment's verdict, decided once per completion by
 ``is_correct`` (by default full marks, ``score >= 1.0``) and counted the same everywhere: ``scored_group`` sends
-it with the group (the trainer's ``train/percent_correct``, ``rl_test_inference``'s accuracy) and records it in
-``self.percent_correct_buffer`` (this environment's ``train/percent_correct``). A group that states no verdict,
-as from an environment written against atroposlib, is judged by its scores
+it with the group, where the runtime counts it for ``env/percent_correct`` (every completion sampled), the
+trainer for ``train/percent_correct`` (the trained batch) and ``rl_test_inference`` for its accuracy. A group that
+states no verdict, as from an environment written against atroposlib, is judged by its scores
 (``hermes_nb.protocol.trajectory.score_is_correct``).
 """
 
@@ -27,7 +27,6 @@ from hermes_nb.config import BaseEnvConfig, EnvironmentNeeds
 from hermes_nb.env.scoring import GroupMember, build_scored_group
 from hermes_nb.env.server_config import APIServerConfig
 from hermes_nb.env.types import Item
-from hermes_nb.protocol.metrics import TRAIN_PERCENT_CORRECT
 from hermes_nb.protocol.trajectory import ScoredDataGroup, score_is_correct
 
 if TYPE_CHECKING:
@@ -67,8 +66,10 @@ class BaseEnv(ABC):
             self.server_configs, tokenizer_name=getattr(config, "tokenizer_name", None)
         )
         self.testing = testing
-        # One entry per sampled completion: 1.0 when the environment judged it correct, else 0.0.
-        self.percent_correct_buffer: list[float] = []
+        # The completions of groups scored_group dropped (equal scores): never sent, yet sampled, so the runtime
+        # counts them with the groups it was handed (take_dropped) for env/reward_mean and env/percent_correct.
+        self.dropped_scores: list[float] = []
+        self.dropped_correct: list[bool] = []
         self.curr_step = 0
 
     @classmethod
@@ -102,17 +103,26 @@ class BaseEnv(ABC):
     ) -> ScoredDataGroup | None:
         """The group to return from ``collect_trajectories``, carrying this environment's verdict on each completion.
 
-        ``correct`` defaults to ``is_correct`` of each score. The verdicts are recorded for ``train/percent_correct``
-        and sent with the group, so the trainer and ``rl_test_inference`` count the same completions as correct.
-        ``None`` (skip) when ``ensure_scores_are_not_same`` and every score is equal. A member is a sampled
-        completion, or a multi-turn episode's ``TrainedSequence`` (``hermes_nb.env.scoring``).
+        ``correct`` defaults to ``is_correct`` of each score. The verdicts are sent with the group, so the runtime,
+        the trainer and ``rl_test_inference`` count the same completions as correct. ``None`` (skip) when
+        ``ensure_scores_are_not_same`` and every score is equal; its scores and verdicts are kept for the
+        runtime's ``env/*`` counts (``take_dropped``). A member is a sampled completion, or a multi-turn episode's
+        ``TrainedSequence`` (``hermes_nb.env.scoring``).
         """
         correct_G = list(correct) if correct is not None else [self.is_correct(s) for s in scores]
         group = build_scored_group(
             completions, scores, correct=correct_G, ensure_scores_are_not_same=self.config.ensure_scores_are_not_same
         )
-        self.percent_correct_buffer.extend(float(c) for c in correct_G)
+        if group is None:
+            self.dropped_scores.extend(float(s) for s in scores)
+            self.dropped_correct.extend(bool(c) for c in correct_G)
         return group
+
+    def take_dropped(self) -> tuple[list[float], list[bool]]:
+        """The scores and verdicts of the groups ``scored_group`` dropped since the last call (then forgotten)."""
+        taken = self.dropped_scores, self.dropped_correct
+        self.dropped_scores, self.dropped_correct = [], []
+        return taken
 
     async def score(self, rollout_group_data: Any) -> ScoredDataGroup | None:
         """Convention hook: turn sampled rollouts into a ``ScoredDataGroup``. Optional."""
@@ -123,13 +133,9 @@ class BaseEnv(ABC):
         return {}
 
     async def wandb_log(self, wandb_metrics: dict[str, float] | None = None) -> dict[str, float]:
-        """Add this environment's metrics to ``wandb_metrics``; the runtime writes them to W&B and JSONL."""
-        metrics = dict(wandb_metrics or {})
-        if self.percent_correct_buffer:
-            buffer = self.percent_correct_buffer
-            metrics[TRAIN_PERCENT_CORRECT] = sum(buffer) / len(buffer)
-            self.percent_correct_buffer = []
-        return metrics
+        """Add this environment's own metrics to ``wandb_metrics``; the runtime writes them to W&B and JSONL next
+        to what it counts itself (``env/reward_mean``, ``env/percent_correct``, the groups' fate)."""
+        return dict(wandb_metrics or {})
 
     @classmethod
     def cli(cls) -> None:

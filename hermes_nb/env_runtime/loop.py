@@ -304,6 +304,7 @@ class _Manager:
 
     async def log_train_row(self) -> None:
         stats, self.stats = self.stats, GroupStats()
+        stats.record_scored(*self.env.take_dropped())
         try:
             env_values = await self.env.wandb_log({})
         except Exception:
@@ -394,8 +395,10 @@ class _Manager:
         started = time.monotonic()
         result, backlog = await faults.collect(self.env, item, self.config.worker_timeout)
         self.backlog.extend(backlog)
-        group = self.admit(result)
-        if group is None:
+        group = self.checked(result)
+        if group is not None:
+            self.stats.record_scored(group.scores, group.verdicts())
+        if group is None or not self.worth_sending(group):
             self.stats.record_skipped(time.monotonic() - started)
             return
         await self.link.post_group(group)
@@ -405,9 +408,9 @@ class _Manager:
             self.queue_room = max(0, self.queue_room - group.group_size)
         self.stats.record_posted(group, time.monotonic() - started)
 
-    def admit(self, result: ScoredDataGroup | dict[str, Any] | None) -> ScoredDataGroup | None:
-        """The group to send, or ``None`` to skip it (nothing to learn from, or too long for the trainer);
-        ``faults.MalformedGroup`` when the trainer must not train on it."""
+    def checked(self, result: ScoredDataGroup | dict[str, Any] | None) -> ScoredDataGroup | None:
+        """The environment's group, validated (``None``: it skipped the item); ``faults.MalformedGroup`` when the
+        trainer must not train on it."""
         if result is None:
             return None
         group = faults.validated_group(result, self.vocab_size)
@@ -418,14 +421,18 @@ class _Manager:
                 "the inference server answered with text only (no token ids): such groups are for "
                 "rl_test_inference, a training run needs a server that returns the sampled token ids"
             )
+        return group
+
+    def worth_sending(self, group: ScoredDataGroup) -> bool:
+        """False to skip a checked group: nothing to learn from, or too long for the trainer."""
         if self.config.ensure_scores_are_not_same and not scores_carry_signal(group.scores):
-            return None
+            return False
         overlong = group.overlong_sequence(self.max_token_len)
         if overlong is not None:
             logger.warning("skipping a group: a sequence has %d tokens, the trainer takes %d", overlong[1],
                            self.max_token_len)  # fmt: skip
-            return None
-        return group
+            return False
+        return True
 
     def reap(self) -> ServeOutcome | None:
         """Collect finished workers; a failed one is counted, logged with its item, and its group skipped."""

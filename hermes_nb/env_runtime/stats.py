@@ -9,9 +9,10 @@ from hermes_nb.protocol.metrics import (
     ENV_GROUPS_FAILED,
     ENV_GROUPS_POSTED,
     ENV_GROUPS_SKIPPED,
+    ENV_PERCENT_CORRECT,
+    ENV_REWARD_MEAN,
     ENV_SECONDS_PER_GROUP,
     ENV_TIMEOUTS,
-    TRAIN_REWARD_MEAN,
 )
 from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
 
@@ -20,7 +21,10 @@ from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
 class GroupStats:
     """Counters of the groups finished since the last metrics row."""
 
+    # One entry per completion scored, whatever became of its group: its reward and the environment's verdict.
+    # ENV_REWARD_MEAN and ENV_PERCENT_CORRECT are both read from these two lists, so they count the same completions.
     scores: list[float] = field(default_factory=list)
+    correct: list[bool] = field(default_factory=list)
     completion_tokens: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     posted: int = 0
@@ -28,9 +32,15 @@ class GroupStats:
     failed: int = 0
     timeouts: int = 0
 
+    def record_scored(self, scores: list[float], correct: list[bool]) -> None:
+        """Completions the environment scored, before the runtime decides whether their group is sent."""
+        if len(scores) != len(correct):
+            raise ValueError(f"correct: got {len(correct)} verdicts for {len(scores)} scores; they must match")
+        self.scores.extend(scores)
+        self.correct.extend(correct)
+
     def record_posted(self, group: ScoredDataGroup, seconds: float) -> None:
         self.posted += 1
-        self.scores.extend(group.scores)
         self.seconds.append(seconds)
         self.completion_tokens.extend(sum(m != MASK_IGNORE for m in mask) for mask in group.masks)
 
@@ -46,7 +56,7 @@ class GroupStats:
 
     @property
     def empty(self) -> bool:
-        return not (self.posted or self.skipped or self.failed or self.timeouts)
+        return not (self.posted or self.skipped or self.failed or self.timeouts or self.scores)
 
     def take_faults(self) -> dict[str, float]:
         """The fault counters as metric values, reset to zero: a fault row goes out at once (status shows it
@@ -64,7 +74,8 @@ class GroupStats:
             ENV_TIMEOUTS: float(self.timeouts),
         }
         if self.scores:
-            values[TRAIN_REWARD_MEAN] = sum(self.scores) / len(self.scores)
+            values[ENV_REWARD_MEAN] = sum(self.scores) / len(self.scores)
+            values[ENV_PERCENT_CORRECT] = sum(self.correct) / len(self.correct)
         if self.seconds:
             values[ENV_SECONDS_PER_GROUP] = sum(self.seconds) / len(self.seconds)
         if self.completion_tokens:

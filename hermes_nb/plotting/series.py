@@ -1,7 +1,8 @@
 """The points of one run, per metric key, accumulated from rows as they arrive.
 
-Rows come from two files (trainer and environment) that may both carry a key (``train/percent_correct``), and
-a restarted writer may repeat a step: the last value for a step wins and each step is kept once.
+Rows come from two files (trainer and environment), each key from one of them (``train/*`` the trainer's, the
+trained batch; ``eval/*`` and ``env/*`` the environment's), and a restarted writer may repeat a step: the last
+value for a step wins and each step is kept once.
 """
 
 from __future__ import annotations

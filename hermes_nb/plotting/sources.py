@@ -15,11 +15,7 @@ from typing import Any, Protocol
 from hermes_nb.errors import HermesNBError, UnknownRunError
 from hermes_nb.metrics.reader import read_metrics
 from hermes_nb.plotting.figure import PLOTTED_KEYS
-from hermes_nb.protocol.metrics import (
-    ENV_PREFERRED_KEYS,
-    WANDB_STEP_KEY,
-    MetricsRow,
-)
+from hermes_nb.protocol.metrics import TRAINER_ONLY_KEYS, WANDB_STEP_KEY, MetricsRow
 from hermes_nb.protocol.run_files import ENV_METRICS_FILE, RUN_STATE_FILE, TRAINER_METRICS_FILE
 from hermes_nb.runs.damage import Damage, file_damage, read_state
 from hermes_nb.runs.lineage import predecessor_rows
@@ -52,7 +48,6 @@ class RunFilesSource:
         if not self.run_dir.is_dir():
             raise UnknownRunError(f"run {run_id!r} not found in {home.runs_dir()} (see %rl_runs)")
         self._offsets = {TRAINER_METRICS_FILE: 0, ENV_METRICS_FILE: 0}
-        self._env_has: set[str] = set()  # ENV_PREFERRED_KEYS the environment has logged so far
         # A resumed run's curve continues the one it resumed from: those rows come with the first poll.
         self._earlier = {name: predecessor_rows(run_id, name) for name in self._offsets}
         # What is wrong with the run's files, once it has ended and a poll has looked (None: not looked yet).
@@ -70,11 +65,10 @@ class RunFilesSource:
         for name, offset in self._offsets.items():
             rows, self._offsets[name] = read_metrics(self.run_dir / name, offset)
             new[name] = earlier.get(name, []) + rows
-        for row in new[ENV_METRICS_FILE]:
-            self._env_has |= ENV_PREFERRED_KEYS & row.values.keys()
-        trainer_rows = [without_keys(row, self._env_has) for row in new[TRAINER_METRICS_FILE]]
+        # Each plotted key is one file's: train/* the trainer's (the trained batch), eval/* the environment's.
+        env_rows = [without_keys(row, TRAINER_ONLY_KEYS) for row in new[ENV_METRICS_FILE]]
         self._say_damage()
-        return trainer_rows + new[ENV_METRICS_FILE]
+        return new[TRAINER_METRICS_FILE] + env_rows
 
     def _say_damage(self) -> None:
         """Once the run has ended, log (once) what is wrong with its files: the plot shows what could be read."""
@@ -89,8 +83,8 @@ class RunFilesSource:
             logger.warning("run %s: damaged: %s", self.label, damage)
 
 
-def without_keys(row: MetricsRow, keys: set[str]) -> MetricsRow:
-    """``row`` less ``keys``: the trainer's value of a key the environment logs too (see ENV_PREFERRED_KEYS)."""
+def without_keys(row: MetricsRow, keys: frozenset[str]) -> MetricsRow:
+    """``row`` less ``keys``: an older run's environment row less the trainer's keys (see TRAINER_ONLY_KEYS)."""
     if not keys & row.values.keys():
         return row
     return row.model_copy(update={"values": {k: v for k, v in row.values.items() if k not in keys}})

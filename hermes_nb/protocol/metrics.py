@@ -11,6 +11,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 TRAIN_LOSS = "train/loss"
+# The trained batch, written by the trainer to metrics.jsonl and nowhere else: every sequence of the groups a step
+# trained on, which the environment runtime chose among the groups sampled (it drops groups without signal,
+# ensure_scores_are_not_same), so on a hard task they read higher than ENV_REWARD_MEAN / ENV_PERCENT_CORRECT.
 TRAIN_REWARD_MEAN = "train/reward_mean"
 TRAIN_PERCENT_CORRECT = "train/percent_correct"
 EVAL_PERCENT_CORRECT = "eval/percent_correct"
@@ -28,6 +31,15 @@ TRAIN_WAIT_SECONDS = "train/wait_seconds"
 TRAIN_COMPUTE_SECONDS = "train/compute_seconds"
 # The share of a step's batch that came from a replayed earlier run (transfer learning).
 TRAIN_REPLAY_FRACTION = "train/replay_fraction"
+
+# Everything the environment sampled, written by the environment to env_metrics.jsonl and nowhere else: every
+# completion of every group it scored since the trainer's previous step, groups then dropped (equal scores, too
+# long) included. Both come from one tally of the same completions, so where the reward is 1 or 0 they are equal.
+ENV_REWARD_MEAN = "env/reward_mean"
+ENV_PERCENT_CORRECT = "env/percent_correct"
+# An atroposlib environment's own train/percent_correct, under its own name: it counts its own buffer with its own
+# verdict (often over other completions than the groups it hands on), so it is not ENV_PERCENT_CORRECT.
+ENV_REPORTED_PERCENT_CORRECT = "env/reported_percent_correct"
 
 # The environment runtime's counters, per metrics row.
 ENV_GROUPS_POSTED = "env/groups_posted"
@@ -51,15 +63,15 @@ EVAL_SECONDS = "eval/seconds"
 # The W&B key that carries the trainer step of every row: the x-axis of every chart, next to W&B's own _step.
 WANDB_STEP_KEY = "trainer/step"
 
-# Both the trainer and the environment log these. The environment's value covers every completion it sampled;
-# the trainer's only the sequences in the batch it trained on, which excludes groups dropped for having equal
-# scores (ensure_scores_are_not_same) and so reads higher. Readers showing "how often the policy is right"
-# (status, the plot) take the environment's value and fall back to the trainer's.
-ENV_PREFERRED_KEYS = frozenset({TRAIN_REWARD_MEAN, TRAIN_PERCENT_CORRECT})
+# Runs logged before ENV_REWARD_MEAN existed have these in env_metrics.jsonl too, counted over the environment's
+# completions: a reader of that file leaves them out, so each of them keeps the trainer's one population.
+TRAINER_ONLY_KEYS = frozenset({TRAIN_REWARD_MEAN, TRAIN_PERCENT_CORRECT})
 
-# Every training metric's key starts with TRAIN_PREFIX, every evaluation metric's with EVAL_PREFIX.
+# Every training metric's key starts with TRAIN_PREFIX (the trainer's, metrics.jsonl), every evaluation metric's
+# with EVAL_PREFIX, every other metric of the environment's with ENV_PREFIX (env_metrics.jsonl).
 TRAIN_PREFIX = "train/"
 EVAL_PREFIX = "eval/"
+ENV_PREFIX = "env/"
 
 
 def train_key(name: str) -> str:

@@ -54,10 +54,12 @@ def _latest(key: str, *row_lists: list[MetricsRow]) -> float | None:
 
 
 def latest_metrics(trainer_rows: list[MetricsRow], env_rows: list[MetricsRow]) -> LatestMetrics:
+    """Reward and percent correct of the trained batch (the trainer's, as its log and the plot show them), held-out
+    accuracy from the environment: each key read from the one file that writes it."""
     return LatestMetrics(
         step=trainer_rows[-1].step if trainer_rows else None,
-        reward_mean=_latest(keys.TRAIN_REWARD_MEAN, env_rows, trainer_rows),
-        percent_correct=_latest(keys.TRAIN_PERCENT_CORRECT, env_rows, trainer_rows),
+        reward_mean=_latest(keys.TRAIN_REWARD_MEAN, trainer_rows),
+        percent_correct=_latest(keys.TRAIN_PERCENT_CORRECT, trainer_rows),
         loss=_latest(keys.TRAIN_LOSS, trainer_rows),
         eval_percent_correct=_latest(keys.EVAL_PERCENT_CORRECT, env_rows),
     )

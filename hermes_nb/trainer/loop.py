@@ -103,8 +103,8 @@ def model_vocab_size(config: RunConfig) -> int | None:
 
 
 def batch_score_metrics(batch: list[ScoredDataGroup]) -> dict[str, float]:
-    """Reward mean over sequences, and percent correct = the share the environment judged correct
-    (``ScoredDataGroup.verdicts``)."""
+    """Of the trained batch (``train/*``, the trainer's alone): reward mean over its sequences, and percent correct =
+    the share of them the environment judged correct (``ScoredDataGroup.verdicts``)."""
     scores = [s for group in batch for s in group.scores]
     correct = [v for group in batch for v in group.verdicts()]
     return {

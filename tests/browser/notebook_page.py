@@ -28,6 +28,10 @@ CHROMIUM_ARGS = [
 VIEWPORT = {"width": 1280, "height": 1200}  # tall enough for the run monitor and the plot together
 # How often a wait re-reads the page: fast enough that a wait costs little more than the thing it waits for.
 POLL_MS = 100
+# A widget's answer waits behind whatever the kernel is busy with, such as first-use work on a cold machine (the
+# first import of the notebook stack, caches built on it): a wait for an answer counts only the time the kernel is
+# idle, and gives up on a kernel busy for this long in all (well inside the test's own limit).
+KERNEL_BUSY_MOST_S = 150.0
 PROMPT_DONE = re.compile(r"^\[(\d+)\]:$")
 
 T = TypeVar("T")
@@ -115,6 +119,29 @@ class NotebookPage:
         # attached and connected (the toolbar's execution indicator says idle before that).
         status_bar = self.page.locator("#jp-main-statusbar")
         wait_until(lambda: "| Idle" in status_bar.inner_text(), timeout_s, "an idle kernel", self.page)
+
+    def kernel_busy(self) -> bool:
+        """Whether Jupyter's kernel status (the status bar's) says anything but idle: busy, starting, restarting."""
+        return "| Idle" not in self.page.locator("#jp-main-statusbar").inner_text()
+
+    def wait_for_answer(self, probe: Callable[[], T | None], idle_s: float, what: str) -> T:
+        """Poll ``probe`` after a widget action until it returns something truthy; fail after ``idle_s`` of the
+        kernel sitting idle without the answer, or once the kernel has been busy ``KERNEL_BUSY_MOST_S`` in all."""
+        idle_left, busy_s = idle_s, 0.0
+        last = time.monotonic()
+        while True:
+            value = probe()
+            if value:
+                return value
+            now, busy = time.monotonic(), self.kernel_busy()
+            busy_s += now - last if busy else 0.0
+            idle_left -= 0.0 if busy else now - last
+            last = now
+            if idle_left <= 0:
+                raise AssertionError(f"timed out after {idle_s:.0f} s of an idle kernel waiting for {what}")
+            if busy_s >= KERNEL_BUSY_MOST_S:
+                raise AssertionError(f"the kernel stayed busy for {busy_s:.0f} s while waiting for {what}")
+            self.page.wait_for_timeout(POLL_MS)
 
     def cell(self, index: int) -> Any:
         return self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(index)

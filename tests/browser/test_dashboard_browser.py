@@ -51,7 +51,8 @@ DASHBOARD_VIEW = ".hermes-nb-dashboard"
 MONITOR = ".hermes-nb-run-monitor"
 
 # Limits of single waits, well inside the 300 s of the whole test. A kernel's first start and the import of the
-# notebook stack take the longest; a training step on the shared CPU cores takes a few seconds.
+# notebook stack take the longest; a training step on the shared CPU cores takes a few seconds. A widget's answer
+# gets WIDGET_S of an idle kernel (NotebookPage.wait_for_answer): time the kernel is busy does not count.
 KERNEL_START_S = 90.0
 CELL_S = 60.0
 WIDGET_S = 30.0
@@ -130,7 +131,7 @@ def _choosing_fills_the_form_and_locked_fields_are_disabled(
     labels = page.locator(f"{PICKER} option").all_inner_texts()
     page.locator(PICKER).select_option(label=next(label for label in labels if label.startswith("arithmetic")))
     form = page.locator(FORM)
-    wait_until(lambda: "of arithmetic" in form.inner_text(), WIDGET_S, "the form to show arithmetic", page)
+    notebook.wait_for_answer(lambda: "of arithmetic" in form.inner_text(), WIDGET_S, "the form to show arithmetic")
     shown = _shown_config(notebook)
     assert page.locator(GROUP_SIZE).input_value() == str(shown["env.group_size"])
     assert page.locator(TOTAL_STEPS).input_value() == str(shown["env.total_steps"])
@@ -153,7 +154,7 @@ def _invalid_value_shows_inline_error_and_apply_changes_nothing(
     page.locator("button.hermes-nb-apply").click()
 
     error = page.locator(GROUP_SIZE_ERROR)
-    wait_until(lambda: error.inner_text().strip(), WIDGET_S, "the inline error beside group_size", page)
+    notebook.wait_for_answer(lambda: error.inner_text().strip(), WIDGET_S, "the inline error beside group_size")
     assert "2" in error.inner_text(), f"the error does not say what is accepted: {error.inner_text()!r}"
     assert not page.locator(TOTAL_STEPS_ERROR).inner_text().strip()
     assert "Nothing applied" in page.locator(FORM_STATUS).inner_text()
@@ -166,7 +167,7 @@ def _valid_edits_apply_together(page: Any, notebook: NotebookPage, screenshots: 
     _type(page, GROUP_SIZE, "4")
     page.locator("button.hermes-nb-apply").click()
     status = page.locator(FORM_STATUS)
-    wait_until(lambda: "Nothing applied" not in status.inner_text(), WIDGET_S, "the form to apply", page)
+    notebook.wait_for_answer(lambda: "Nothing applied" not in status.inner_text(), WIDGET_S, "the form to apply")
     assert not page.locator(GROUP_SIZE_ERROR).inner_text().strip()
     assert _shown_config(notebook) == {"env.group_size": 4, "env.total_steps": 200}
     screenshots.take(page, "applied", ".hermes-nb-field-env-group_size")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from lab_server import JupyterLabServer
-from notebook_page import NotebookPage, Screenshots, report, wait_until
+from notebook_page import NotebookPage, Screenshots, report
 from rollout_runs import TOOL_RESULT, write_tool_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -51,7 +51,7 @@ def _the_magic_draws_the_tool_call_and_its_result(notebook: NotebookPage, screen
     notebook.run_cell(MAGIC, CELL_S)
     output = notebook.cell(MAGIC)
     call = output.locator(".hermes-nb-tool-call")
-    wait_until(lambda: call.count() == 1, WIDGET_S, "the tool call of the conversation", page)
+    notebook.wait_for_answer(lambda: call.count() == 1, WIDGET_S, "the tool call of the conversation")
     assert "get_weather(" in call.inner_text() and "Paris" in call.inner_text()
     assert TOOL_RESULT in output.locator(".hermes-nb-tool-result").inner_text()
     assert "It is 18 C in Paris." in output.inner_text()
@@ -63,8 +63,8 @@ def _the_magic_draws_the_tool_call_and_its_result(notebook: NotebookPage, screen
 def _the_widget_shows_the_step_chosen(notebook: NotebookPage, screenshots: Screenshots, page: Any) -> None:
     notebook.run_cell(WIDGET, CELL_S)
     view = page.locator(".hermes-nb-samples-view")
-    wait_until(lambda: "get_weather(" in view.inner_text(), WIDGET_S, "the widget's last step (2)", page)
+    notebook.wait_for_answer(lambda: "get_weather(" in view.inner_text(), WIDGET_S, "the widget's last step (2)")
     page.locator(".hermes-nb-samples-step select").select_option("1")
-    wait_until(lambda: "2+2=" in view.inner_text(), WIDGET_S, "the widget to show step 1", page)
+    notebook.wait_for_answer(lambda: "2+2=" in view.inner_text(), WIDGET_S, "the widget to show step 1")
     assert "get_weather" not in view.inner_text()
     screenshots.take(page, "samples-widget-step-1", ".hermes-nb-samples")

@@ -448,12 +448,12 @@ def rise_and_error(first: list[float], last: list[float]) -> tuple[float, float]
 
 
 def env_rewards(run_dir: Path) -> list[float]:
-    """The environment's train/reward_mean of each step (every completion it sampled, not only the trained ones)."""
+    """The environment's env/reward_mean of each step (every completion it sampled, not only the trained ones)."""
     by_step: dict[int, float] = {}
     for line in (run_dir / "env_metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
-        if "train/reward_mean" in row["values"]:
-            by_step[row["step"]] = row["values"]["train/reward_mean"]
+        if "env/reward_mean" in row["values"]:
+            by_step[row["step"]] = row["values"]["env/reward_mean"]
     return [by_step[s] for s in sorted(by_step)]
 
 

@@ -267,8 +267,8 @@ def test_atroposlib_metric_names_become_the_runs_and_non_numbers_are_left_out() 
 
     assert values == {
         keys.ENV_COMPLETION_TOKENS_MEAN: 3.0,
-        "train/items_rejected": 2.0,
-        keys.TRAIN_PERCENT_CORRECT: 0.5,
+        "env/items_rejected": 2.0,
+        keys.ENV_REPORTED_PERCENT_CORRECT: 0.5,
         "server/latency": 0.25,
     }
 
@@ -291,20 +291,22 @@ def test_the_sink_writes_reward_correctness_and_the_groups_fate_of_every_scored_
     [row] = rows(sink.path)
     assert row.step == 3
     assert row.values == {
-        keys.TRAIN_REWARD_MEAN: -0.5,
-        keys.TRAIN_PERCENT_CORRECT: 0.25,
+        keys.ENV_REWARD_MEAN: -0.5,
+        keys.ENV_PERCENT_CORRECT: 0.25,
         keys.ENV_GROUPS_POSTED: 1.0,
         keys.ENV_GROUPS_SKIPPED: 1.0,
     }
 
 
-def test_the_environments_own_percent_correct_wins_over_the_bridges(tmp_path: Path) -> None:
+def test_the_environments_own_percent_correct_is_kept_beside_the_bridges_under_its_own_name(tmp_path: Path) -> None:
     sink = EnvMetricsSink(tmp_path / "env_metrics.jsonl")
-    sink.observe_groups([group([0.5, 0.0])])
+    sink.observe_groups([group([1.0, 0.0])])
 
-    values = sink.log(1, {"train/percent_correct": 0.5})
+    values = sink.log(1, {"train/percent_correct": 0.25})
 
-    assert values[keys.TRAIN_PERCENT_CORRECT] == 0.5
+    assert values[keys.ENV_REWARD_MEAN] == values[keys.ENV_PERCENT_CORRECT] == 0.5  # the completions it saw
+    assert values[keys.ENV_REPORTED_PERCENT_CORRECT] == 0.25
+    assert not any(key.startswith(keys.TRAIN_PREFIX) for key in values)  # the trainer's keys
 
 
 def test_an_evaluation_is_written_once_at_the_step_it_ran(tmp_path: Path) -> None:
@@ -315,7 +317,7 @@ def test_an_evaluation_is_written_once_at_the_step_it_ran(tmp_path: Path) -> Non
 
     first, second = rows(sink.path)
     assert (first.step, first.values) == (2, {keys.EVAL_PERCENT_CORRECT: 0.25, keys.EVAL_SECONDS: 0.5})
-    assert (second.step, second.values) == (3, {keys.TRAIN_PERCENT_CORRECT: 0.5})
+    assert (second.step, second.values) == (3, {keys.ENV_REPORTED_PERCENT_CORRECT: 0.5})
 
 
 def test_a_log_with_nothing_to_say_writes_no_row(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from hermes_nb.env import QAEnv, build_scored_group
 from hermes_nb.env.types import SampledCompletion
 from hermes_nb.env_runtime import loop as runtime
 from hermes_nb.env_runtime.loading import load_env_class, make_env
+from hermes_nb.env_runtime.stats import GroupStats
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.model_test.runner import rl_test_inference
 from hermes_nb.protocol import metrics as keys
@@ -120,8 +121,8 @@ def test_partial_credit_env_trainer_and_inference_test_report_one_accuracy(
         tested = asyncio.run(rl_test_inference(num_steps=2, group_size=GROUP, models=[f"{inference_url}/v1#m"]))
 
     rows = read_all_metrics(run_dir / ENV_METRICS_FILE)
-    env_train = [r.values[keys.TRAIN_PERCENT_CORRECT] for r in rows if keys.TRAIN_PERCENT_CORRECT in r.values]
-    env_rewards = [r.values[keys.TRAIN_REWARD_MEAN] for r in rows if keys.TRAIN_REWARD_MEAN in r.values]
+    env_train = [r.values[keys.ENV_PERCENT_CORRECT] for r in rows if keys.ENV_PERCENT_CORRECT in r.values]
+    env_rewards = [r.values[keys.ENV_REWARD_MEAN] for r in rows if keys.ENV_REWARD_MEAN in r.values]
     trainer_train = [batch_score_metrics(batch)[keys.TRAIN_PERCENT_CORRECT] for batch in batches]
     [model] = tested.results
 
@@ -148,7 +149,7 @@ def test_is_correct_decides_what_the_environment_counts_evaluates_and_sends(
     async def one_group_then_evaluate(env: QAEnv) -> tuple[ScoredDataGroup | None, dict[str, float]]:
         try:
             group, _ = await env.collect_trajectories(env.train_item())
-            return group, {**await env.wandb_log(), **await env.evaluate()}
+            return group, await env.evaluate()
         finally:
             await env.server.aclose()
 
@@ -159,7 +160,9 @@ def test_is_correct_decides_what_the_environment_counts_evaluates_and_sends(
 
     assert group is not None
     assert sorted(group.scores) == [0.5, 1.0] and group.verdicts() == [True, True]
-    assert metrics[keys.TRAIN_PERCENT_CORRECT] == 1.0 and metrics[keys.EVAL_PERCENT_CORRECT] == 1.0
+    counted = GroupStats()
+    counted.record_scored(group.scores, group.verdicts())  # as the runtime counts every group it is handed
+    assert counted.row()[keys.ENV_PERCENT_CORRECT] == 1.0 and metrics[keys.EVAL_PERCENT_CORRECT] == 1.0
 
 
 # ---- the verdict on the wire -----------------------------------------------------------------------------

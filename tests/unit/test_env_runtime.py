@@ -120,10 +120,37 @@ def test_stops_at_total_steps_with_metrics_and_evals_logged(tmp_path: Path, serv
     evals = [r.step for r in rows if "eval/percent_correct" in r.values]
     assert evals[0] == 0 and evals[-1] == 4 and 2 in evals  # before training, every 2 steps, at the end
     assert all(r.values["eval/percent_correct"] == 1.0 for r in rows if "eval/percent_correct" in r.values)
-    train_rows = [r for r in rows if "train/reward_mean" in r.values]
-    assert train_rows and all(r.values["train/reward_mean"] == 0.5 for r in train_rows)
-    assert all(r.values["train/percent_correct"] == 0.5 for r in train_rows if "train/percent_correct" in r.values)
+    sampled_rows = [r for r in rows if "env/reward_mean" in r.values]
+    assert sampled_rows
+    assert all(r.values["env/reward_mean"] == r.values["env/percent_correct"] == 0.5 for r in sampled_rows)
+    assert not any(key.startswith("train/") for r in rows for key in r.values)  # the trainer's keys
     assert sum(r.values.get("env/groups_posted", 0) for r in rows) >= 4 * BATCH // GROUP
+
+
+def test_groups_dropped_for_equal_scores_still_count_in_the_environments_reward_and_percent_correct(
+    tmp_path: Path,
+    servers: tuple,  # type: ignore[type-arg]
+) -> None:
+    api_url, inf_url, _ = servers
+    config = run_config(tmp_path, api_url, inf_url)
+    tiny = load_env_class(str(write_tiny_env(tmp_path)))
+
+    class HalfDropped(tiny):  # type: ignore[valid-type,misc]
+        async def collect_trajectories(self, item):  # type: ignore[no-untyped-def]
+            if item.metadata["n"] % 2:
+                return await super().collect_trajectories(item)  # scores [1.0, 0.0]: sent
+            completions = await self.server.sample(item.prompt, n=self.config.group_size, max_tokens=4)
+            return self.scored_group(completions, [0.0] * len(completions)), []  # equal scores: dropped
+
+    outcome, seen = asyncio.run(
+        serve_alongside_trainer(make_env(HalfDropped, config), config, steps=3, step_s=2 * runtime.POLL_S)
+    )
+
+    assert outcome.step == 3  # type: ignore[attr-defined]
+    assert all(group.scores == [1.0, 0.0] for group in seen)  # the trainer saw only the sent groups
+    rows = [r.values for r in read_all_metrics(tmp_path / "env_metrics.jsonl") if "env/reward_mean" in r.values]
+    assert rows and all(values["env/reward_mean"] == values["env/percent_correct"] for values in rows)
+    assert any(values["env/reward_mean"] < 0.5 for values in rows)  # the sent groups alone would read 0.5
 
 
 def test_back_pressure_pauses_sampling_until_the_trainer_takes_a_batch(tmp_path: Path, servers: tuple) -> None:  # type: ignore[type-arg]

@@ -213,7 +213,7 @@ def test_collect_trajectories_scores_each_completion_and_masks_the_prompt(stem: 
 
     assert backlog == [] and group is not None
     assert group.scores == [1.0, 0.0, 1.0, 0.0]
-    assert env.percent_correct_buffer == [1.0, 0.0, 1.0, 0.0]
+    assert group.verdicts() == [True, False, True, False]
     prompt_len = len(item.prompt)
     for i, (tokens, masks) in enumerate(zip(group.tokens, group.masks, strict=True)):
         assert tokens[:prompt_len] == [ord(c) for c in item.prompt]
@@ -238,6 +238,15 @@ def test_a_group_with_equal_scores_is_dropped_only_when_asked() -> None:
     assert asyncio.run(dropping.collect_trajectories(item))[0] is None
     kept = asyncio.run(keeping.collect_trajectories(item))[0]
     assert kept is not None and kept.scores == [1.0, 1.0, 1.0]
+
+
+def test_a_dropped_group_is_still_counted_as_sampled_once() -> None:
+    server = FakeServer(lambda prompt, i: solve(prompt))
+    env = make_env("arithmetic", server, group_size=3)
+    asyncio.run(env.collect_trajectories(asyncio.run(env.get_next_item())))
+
+    assert env.take_dropped() == ([1.0, 1.0, 1.0], [True, True, True])
+    assert env.take_dropped() == ([], [])
 
 
 def test_training_items_come_from_the_configured_seed_and_never_from_the_heldout_split() -> None:
