@@ -104,7 +104,7 @@ def total(run_dir: Path, key: str) -> float:
 def test_a_faulty_group_is_skipped_counted_and_logged_with_its_item(
     tmp_path: Path, servers: tuple[str, str], caplog: pytest.LogCaptureFixture, fault: str, logged: str
 ) -> None:
-    caplog.set_level(logging.INFO, logger="hermes_nb.env")
+    caplog.set_level(logging.INFO, logger="hermes_nb.env_runtime")
     outcome = asyncio.run(serve_and_train(fault_config(tmp_path, servers, fault), steps=2))
 
     assert outcome.status == "completed", outcome.error
