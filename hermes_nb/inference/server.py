@@ -5,7 +5,8 @@ It runs inside the trainer process (uvicorn on a thread, see ``InferenceServer``
 policy held by an ``InferenceEngine``. ``/health`` answers 503 until the first policy is published, so a
 supervisor can wait on it instead of sleeping. Chat requests may carry OpenAI ``tools``: they are rendered by the
 model's chat template and the answer is parsed for Hermes-format calls (``hermes_nb.protocol.tool_calls``).
-Logprobs are those of the distribution actually sampled from (see ``hermes_nb.inference.sampler``).
+Logprobs are those of the distribution actually sampled from (see ``hermes_nb.inference.sampler``). Completions and
+chat answer ``stream: true`` as server-sent events (``hermes_nb.inference.streaming``), the same sample either way.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from hermes_nb.inference.engine import InferenceEngine, Policy
 from hermes_nb.inference.sampler import RowResult, SampleRow
+from hermes_nb.inference.streaming import SSE_MEDIA_TYPE, chat_chunks, completion_chunks, server_sent_events
 from hermes_nb.protocol.auth import require_run_secret
 from hermes_nb.protocol.inference import (
     ChatChoice,
@@ -263,8 +265,8 @@ def create_app(engine: InferenceEngine) -> FastAPI:
             return await _vllm_generate(engine, _validated(VLLMGenerateRequest, body))
         return await _generate(engine, _validated(GenerateRequest, body))
 
-    @app.post("/v1/completions")
-    async def completions(request: CompletionRequest) -> CompletionResponse:
+    @app.post("/v1/completions", response_model=None)
+    async def completions(request: CompletionRequest) -> CompletionResponse | StreamingResponse:
         policy = _policy(engine)
         prompts = _encode_prompts(policy, request.prompt)
         for i, prompt in enumerate(prompts):
@@ -286,7 +288,7 @@ def create_app(engine: InferenceEngine) -> FastAPI:
                     token_ids=result.token_ids,
                 )
             )
-        return CompletionResponse(
+        answer = CompletionResponse(
             id=f"cmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
             model=policy.name,
@@ -295,22 +297,31 @@ def create_app(engine: InferenceEngine) -> FastAPI:
             prompt_token_ids=prompts,
             policy_version=version,
         )
+        if not request.stream:
+            return answer
+        events = server_sent_events(completion_chunks(answer, request.include_usage))
+        return StreamingResponse(events, media_type=SSE_MEDIA_TYPE)
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: ChatCompletionRequest) -> ChatCompletionResponse:
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat(request: ChatCompletionRequest) -> ChatCompletionResponse | StreamingResponse:
         policy = _policy(engine)
         prompt = _chat_prompt(policy, request)
         _check_prompt(policy, prompt, request.max_tokens, "messages")
         stops = _stop_strings(request.stop)
         results, _version = await engine.sample(_rows(policy, [prompt], request, stop_strings=stops))
         choices = [_chat_choice(policy, request, k, result, stops) for k, result in enumerate(results)]
-        return ChatCompletionResponse(
+        answer = ChatCompletionResponse(
             id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
             model=policy.name,
             choices=choices,
             usage=_usage([prompt], request.n, results),
             prompt_token_ids=prompt,
+        )
+        if not request.stream:
+            return answer
+        return StreamingResponse(
+            server_sent_events(chat_chunks(answer, request.include_usage)), media_type=SSE_MEDIA_TYPE
         )
 
     return app

@@ -191,14 +191,32 @@ async def _provider_route(client: ProviderClient, path: str, request: Request) -
     try:
         body = await request.json()
         if path == "v1/completions":
-            answer = await _completions(client, CompletionRequest.model_validate(body))
+            asked: CompletionRequest | ChatCompletionRequest = CompletionRequest.model_validate(body)
+            answer = await _completions(client, asked)
         else:
-            answer = await _chat(client, ChatCompletionRequest.model_validate(body))
+            asked = ChatCompletionRequest.model_validate(body)
+            answer = await _chat(client, asked)
     except ValueError as exc:  # a ValidationError, invalid JSON, or token-id prompts
         return JSONResponse({"detail": _first_error(exc)}, status_code=422)
     except ProviderRefused as exc:
         return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
+    if asked.stream:
+        return _streamed(answer, path, asked.include_usage)
     return JSONResponse(answer)
+
+
+def _streamed(answer: dict[str, Any], path: str, include_usage: bool) -> Response:
+    """The provider's whole answer as server-sent events, as the run's own inference server streams one."""
+    from starlette.responses import StreamingResponse
+
+    from hermes_nb.inference.streaming import SSE_MEDIA_TYPE, chat_chunks, completion_chunks, server_sent_events
+    from hermes_nb.protocol.inference import ChatCompletionResponse, CompletionResponse
+
+    if path == "v1/completions":
+        chunks = server_sent_events(completion_chunks(CompletionResponse.model_validate(answer), include_usage))
+    else:
+        chunks = server_sent_events(chat_chunks(ChatCompletionResponse.model_validate(answer), include_usage))
+    return StreamingResponse(chunks, media_type=SSE_MEDIA_TYPE)
 
 
 def _first_error(exc: ValueError) -> str:

@@ -33,7 +33,25 @@ class SamplingParams(BaseModel):
     seed: int | None = None
 
 
-class CompletionRequest(SamplingParams):
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    # One last chunk with no choices and the request's ``usage`` (OpenAI's ``stream_options.include_usage``).
+    include_usage: bool = False
+
+
+class Streaming(BaseModel):
+    """``stream: true`` asks for the answer as server-sent events (``data: {chunk}`` lines, then ``data: [DONE]``),
+    the shape every OpenAI SDK and agent harness reads. The sampled tokens are the same as without streaming."""
+
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class CompletionRequest(SamplingParams, Streaming):
     model: str = "policy"
     prompt: str | list[str] | list[int]
     # OpenAI semantics: an int asks for per-token logprobs (we return the sampled token's; top-k is 0 or 1).
@@ -93,7 +111,7 @@ class ChatMessage(BaseModel):
         return self
 
 
-class ChatCompletionRequest(SamplingParams):
+class ChatCompletionRequest(SamplingParams, Streaming):
     model: str = "policy"
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: bool = False
@@ -172,6 +190,60 @@ class ChatCompletionResponse(BaseModel):
     choices: list[ChatChoice]
     usage: Usage
     prompt_token_ids: list[int] | None = None  # absent from text-only endpoints
+
+
+class CompletionChunkChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: FinishReason | None = None
+    token_ids: list[int] | None = None
+
+
+class CompletionChunk(BaseModel):
+    """One server-sent event of a streamed ``/v1/completions`` answer (OpenAI's shape: ``text_completion``)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChunkChoice]
+    usage: Usage | None = None
+    prompt_token_ids: list[list[int]] | None = None
+    policy_version: int | None = None
+
+
+class ToolCallDelta(BaseModel):
+    index: int  # the call's place among the choice's calls
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+
+
+class ChatChunkChoice(BaseModel):
+    index: int
+    delta: ChatDelta
+    logprobs: ChatLogprobs | None = None
+    finish_reason: FinishReason | None = None
+    token_ids: list[int] | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One server-sent event of a streamed ``/v1/chat/completions`` answer (``chat.completion.chunk``)."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+    prompt_token_ids: list[int] | None = None
 
 
 class GenerateRequest(BaseModel):

@@ -331,3 +331,29 @@ def test_the_json_keeps_the_tools_keys_and_adds_the_new_figures() -> None:
         "format_failures", "mean_latency_s", "total_tokens", "requests", "rate_limited", "sent_as_chat", "samples",
     }  # fmt: skip
     assert (model["total_tokens"], model["samples"][0]["completion"]) == (400, "46")
+
+
+def test_a_hosted_model_behind_the_gateway_streams_what_it_answers_whole(provider_key: str) -> None:
+    # Agent harnesses ask with ``stream: true``; a plain JSON answer would give the SDK zero chunks and no error.
+    import openai
+
+    from hermes_nb.model_test.gateway import Gateway
+
+    asked: dict[str, Any] = {"model": SOLVER, "messages": [{"role": "user", "content": "12+34="}], "max_tokens": 8}
+
+    def ask(url: str) -> tuple[Any, list[Any]]:
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        plain = client.chat.completions.create(**asked)
+        return plain, list(client.chat.completions.create(**asked, stream=True, stream_options={"include_usage": True}))
+
+    async def through_gateway(provider_url: str) -> tuple[Any, list[Any]]:
+        async with Gateway() as gateway:
+            settings = EndpointSettings(base_url=provider_url, model=SOLVER, api_key_env=KEY_VAR)
+            url = gateway.add_endpoint("hosted", settings, EndpointStats())
+            return await asyncio.to_thread(ask, f"{url}/v1")
+
+    with fake_provider(ProviderState(rate_limit_first=False)) as (provider_url, _):
+        plain, chunks = asyncio.run(through_gateway(provider_url))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == plain.choices[0].message.content and streamed
+    assert chunks[-1].choices == [] and chunks[-1].usage == plain.usage

@@ -118,6 +118,54 @@ def test_an_openai_sdk_agent_calls_a_tool_and_answers_with_its_result(tool_serve
     assert not second.choices[0].message.tool_calls
 
 
+def test_a_streamed_tool_call_assembles_to_the_same_call_and_usage(tool_server: str) -> None:
+    client = openai.OpenAI(base_url=f"{tool_server}/v1", api_key="unused", max_retries=0)
+    asked: dict[str, Any] = {
+        "model": "tool",
+        "messages": QUESTION,
+        "tools": TOOLS,
+        "temperature": 0.0,
+        "max_tokens": 120,
+    }
+    plain = client.chat.completions.create(**asked)
+    chunks = list(client.chat.completions.create(**asked, stream=True, stream_options={"include_usage": True}))
+
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    calls = [call for d in deltas for call in d.tool_calls or []]
+    [expected] = plain.choices[0].message.tool_calls or []
+    assert [(c.index, c.function.name, c.function.arguments) for c in calls] == [
+        (0, expected.function.name, expected.function.arguments)
+    ]
+    assert "".join(d.content or "" for d in deltas) == (plain.choices[0].message.content or "")
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+    assert chunks[-1].choices == [] and chunks[-1].usage == plain.usage
+
+
+def test_a_streamed_answer_is_the_plain_answers_text_and_exact_tokens(tool_server: str) -> None:
+    body = {"messages": _after_call("call_x"), "tools": TOOLS, "temperature": 0.0, "max_tokens": 60}
+    plain = httpx.post(f"{tool_server}/v1/chat/completions", json=body, timeout=30).json()["choices"][0]
+    with httpx.stream(
+        "POST", f"{tool_server}/v1/chat/completions", json={**body, "stream": True}, timeout=30
+    ) as answer:
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        events = [line.removeprefix("data: ") for line in answer.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event)["choices"] for event in events[:-1]]
+    streamed = [choice for choices in chunks for choice in choices]
+    assert "".join(c["delta"].get("content") or "" for c in streamed) == plain["message"]["content"] == ANSWER_TEXT
+    assert [c["token_ids"] for c in streamed if "token_ids" in c] == [plain["token_ids"]]
+
+
+def test_a_streamed_text_completion_reads_as_the_plain_one(tool_server: str) -> None:
+    client = openai.OpenAI(base_url=f"{tool_server}/v1", api_key="unused", max_retries=0)
+    asked: dict[str, Any] = {"model": "tool", "prompt": "Weather", "temperature": 0.0, "max_tokens": 8, "n": 2}
+    plain = client.completions.create(**asked)
+    chunks = list(client.completions.create(**asked, stream=True, stream_options={"include_usage": True}))
+    texts = {i: "".join(c.choices[0].text for c in chunks if c.choices and c.choices[0].index == i) for i in (0, 1)}
+    assert texts == {choice.index: choice.text for choice in plain.choices}
+    assert chunks[-1].usage == plain.usage
+
+
 def test_tool_call_answers_keep_their_exact_token_ids(tool_server: str) -> None:
     body = {"messages": QUESTION, "tools": TOOLS, "temperature": 0.0, "max_tokens": 120, "logprobs": True}
     choice = httpx.post(f"{tool_server}/v1/chat/completions", json=body, timeout=30).json()["choices"][0]
