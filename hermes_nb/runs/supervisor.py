@@ -19,23 +19,23 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
 import psutil
 
 from hermes_nb.config import RunConfig
 from hermes_nb.frameworks import registry
 from hermes_nb.frameworks.contract import ChildCommand, ServeRequest
-from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV, bearer_headers
+from hermes_nb.inference.health import health_or_none
+from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV
 from hermes_nb.protocol.run_files import PROCESS_NAMES, RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
-from hermes_nb.runs import external_trajectory_api, graces
+from hermes_nb.runs import graces
 from hermes_nb.runs.outcomes import Launched, LaunchFailed, LaunchOutcome, StopRequested
 from hermes_nb.runs.ports import PORT_BINDERS, pick_ports, with_ports
 from hermes_nb.runs.state_file import write_run_state
+from hermes_nb.runs.trajectory_api_forms import ApiProbe, TrajectoryApiForm, api_form
 from hermes_nb.system import disk, processes
 from hermes_nb.system.home import run_paths
 from hermes_nb.system.logtail import tail_lines
-from hermes_nb.system.net import LOOPBACK
 from hermes_nb.system.secrets import read_run_secret
 from hermes_nb.trajectory_api.client import ApiReadiness, SyncTrajectoryClient, TrajectoryAPIError
 
@@ -52,13 +52,6 @@ ENV_FINISH_GRACE = 60.0
 LOG_TAIL_LINES = 20
 # A local /health answers in milliseconds; start-up polls every POLL_SECONDS and must not hang on one answer.
 HEALTH_TIMEOUT_S = 1.0
-# An external API is already running when the run starts (the launcher checked that it answers); this covers
-# one that was started a moment before the run, and nothing longer: a wrong address should fail fast.
-EXTERNAL_API_TIMEOUT = 10.0
-# During the run an external API is probed each second; this long without an answer and the run fails naming
-# it. A loaded machine can stall an API for a second or two (run-api serialises a large batch on its event
-# loop); the trainer, whose next request fails at once, usually names a vanished API sooner than this.
-EXTERNAL_API_GRACE = 10.0
 # A port picked free can be taken by another process before the child binds it (hermes_nb.system.net); the run
 # then starts again on new ports. Each retry needs another such race, so a few attempts are plenty.
 PORT_ATTEMPTS = 3
@@ -87,12 +80,13 @@ class Supervisor:
     seen_descendants: dict[int, psutil.Process] = field(default_factory=dict)
     # One client for the run's API, kept across polls (it remembers that a run-api has no /health).
     api: SyncTrajectoryClient | None = field(default=None, repr=False)
-    # Environments the API counted before this run's own registered (an external API may have others).
-    envs_before: int = 0
-    # Since when an external API has failed the watch's probes (None: it answered last time).
-    api_lost_since: float | None = None
     # The run's secret (``protocol.auth``): its children get it in their environment, its polls send it.
     secret: str | None = field(default=None, repr=False)
+    # The run's trajectory API: its own, or an external one (``trajectory_api_forms``); asked, never told apart.
+    api_form: TrajectoryApiForm = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.api_form = api_form(self.config, self.secret, self.paths.logs["supervisor"])
 
     # ---- state -------------------------------------------------------------------------------------------
     def save(self) -> None:
@@ -144,19 +138,8 @@ class Supervisor:
         if full is not None:  # named first: it is what the user has to fix before resuming
             cause = f"failed: {full}; free some space, then resume the run from its last checkpoint ({cause})"
         failed = LaunchFailed(process=name, cause=cause, log_path=str(log_path), log_tail=tail)
-        return self.blame_external_api(failed)
-
-    def blame_external_api(self, failed: LaunchFailed) -> LaunchFailed:
-        """When the run trains from an external API that went away (or forgot the trainer), that is the cause of
-        whatever failed, and the failure names it; the process that noticed it, and its log, follow."""
-        url = external_trajectory_api.external_url(self.config)
-        if url is None:
-            return failed
-        gone = external_trajectory_api.gone_reason(url, trainer_registered=self.state.status == "running")
-        if gone is None:
-            return failed
-        cause = f"(external, {url}) {gone}; {failed.process} {failed.cause}"
-        return failed.model_copy(update={"process": "api", "cause": cause})
+        # An API that went away is the cause of whatever failed meanwhile (only an external one can be gone).
+        return self.api_form.blame(failed, trainer_registered=self.state.status == "running")
 
     def first_dead_child(self) -> str | None:
         for name, child in self.children.items():
@@ -169,45 +152,35 @@ class Supervisor:
         base = {k: v for k, v in processes.child_environment().items() if k not in (SECRET_ENV, API_SECRET_ENV)}
         if self.secret:
             base[SECRET_ENV] = self.secret
-        if api_secret := self.api_secret():
+        if api_secret := self.api_form.secret:
             base[API_SECRET_ENV] = api_secret
         return base
 
-    def api_secret(self) -> str | None:
-        """The secret for the run's trajectory API: none for an external API, which is not ours."""
-        return None if external_trajectory_api.external_url(self.config) is not None else self.secret
-
     def command_for(self, name: str) -> ChildCommand:
-        """How the run's process ``name`` starts, from one table; the environment's from its framework's adapter,
-        which also names the files it reads (written for these ports by ``start_all``)."""
+        """How the run's process ``name`` starts, from one table: the API's from its form (only an owned one is
+        started), the environment's from its framework's adapter, which also names the files it reads (written
+        for these ports by ``start_all``)."""
+        table: dict[str, Callable[[dict[str, str]], ChildCommand]] = {
+            "api": lambda base: ChildCommand(argv=self.api_form.command(self.config), environment=base),
+            "trainer": lambda base: ChildCommand(
+                argv=[sys.executable, "-m", "hermes_nb.trainer", "--config", str(self.paths.config)],
+                environment=base,
+            ),
+            "env": self.env_command,
+        }
+        return table[name](self.environment_for(name))
+
+    def env_command(self, base: dict[str, str]) -> ChildCommand:
         env_ref = self.config.environment
         assert env_ref is not None  # the launcher refuses to start without one
-        base = self.environment_for(name)
-        if name == "env":
-            request = ServeRequest(
-                config=self.config,
-                paths=self.paths,
-                base_environment=base,
-                secret=self.secret,
-                api_secret=self.api_secret(),
-            )
-            return registry.adapter(env_ref.framework).serve(request)
-        infra, config_path = self.config.infra, str(self.paths.config)
-        argv = {
-            "api": [
-                sys.executable,
-                "-m",
-                "hermes_nb.trajectory_api",
-                "--host",
-                LOOPBACK,
-                "--port",
-                str(infra.api_port),
-                "--max-queued-sequences",
-                str(self.config.max_queued_sequences()),
-            ],
-            "trainer": [sys.executable, "-m", "hermes_nb.trainer", "--config", config_path],
-        }[name]
-        return ChildCommand(argv=argv, environment=base)
+        request = ServeRequest(
+            config=self.config,
+            paths=self.paths,
+            base_environment=base,
+            secret=self.secret,
+            api_secret=self.api_form.secret,
+        )
+        return registry.adapter(env_ref.framework).serve(request)
 
     def start_all(self) -> LaunchOutcome:
         """Bring the run up in dependency order: API healthy, then trainer registered, then environment registered.
@@ -217,11 +190,9 @@ class Supervisor:
         seconds) overlap instead of adding up. The readiness checks still pass in order, and a process that dies
         while an earlier one is coming up is named as the failure.
         """
-        inference_url = self.config.infra.inference_url or ""
-        if external_trajectory_api.external_url(self.config) is not None:
-            outcome = self.check_external_api()
-            if not isinstance(outcome, Launched):
-                return outcome
+        outcome = self.api_form.before_start(self.config, self.api_probe())
+        if not isinstance(outcome, Launched):
+            return outcome
         names = self.process_names()
         for name in names:
             command = self.command_for(name)
@@ -231,7 +202,7 @@ class Supervisor:
             ("api", lambda: self.api_readiness() is not None, API_START_TIMEOUT, "the API's /status"),
             (
                 "trainer",
-                lambda: inference_healthy(inference_url, self.secret) and self.trainer_registered(),
+                lambda: self.inference_healthy() and self.trainer_registered(),
                 TRAINER_START_TIMEOUT,
                 "the inference server's /health and the trainer's registration",
             ),
@@ -244,46 +215,37 @@ class Supervisor:
         return Launched()
 
     def process_names(self) -> list[str]:
-        """The processes this run starts: no API when it trains from an external one, no environment when
+        """The processes this run starts: the API only when it is the run's own, no environment when
         environments started elsewhere feed that API (``trainer.start_environment``)."""
         skip = set()
-        if external_trajectory_api.external_url(self.config) is not None:
+        if not self.api_form.launched:
             skip.add("api")
         if not self.config.trainer.start_environment:
             skip.add("env")
         return [name for name in PROCESS_NAMES if name not in skip]
 
-    def check_external_api(self) -> LaunchOutcome:
-        """The external API answers (waiting briefly) and can serve this run from its start step; it is never
-        started, stopped or signalled by the run."""
-        url = external_trajectory_api.external_url(self.config) or ""
-        deadline = time.monotonic() + EXTERNAL_API_TIMEOUT
-        while (ready := self.api_readiness()) is None and time.monotonic() < deadline and not self.stop_requested:
-            time.sleep(POLL_SECONDS)
-        if self.stop_requested:
-            return StopRequested()
-        if ready is None:
-            reason = external_trajectory_api.gone_reason(url, trainer_registered=False) or "did not answer"
-            return self.external_api_failure(url, f"{reason} (waited {EXTERNAL_API_TIMEOUT:.0f} s)")
-        mismatch = external_trajectory_api.shape_mismatch(self.config, url, ready)
-        if mismatch is not None:
-            return self.external_api_failure(url, mismatch)
-        self.envs_before = ready.num_envs or 0
-        log.info("training from the external trajectory API at %s (step %d)", url, ready.current_step)
-        return Launched()
+    def api_probe(self) -> ApiProbe:
+        return ApiProbe(
+            readiness=self.api_readiness, stop_requested=lambda: self.stop_requested, poll_seconds=POLL_SECONDS
+        )
 
-    def external_api_failure(self, url: str, cause: str) -> LaunchFailed:
-        log_path = self.paths.logs["supervisor"]  # the run has no log of an API it did not start
-        return LaunchFailed(process="api", cause=f"(external, {url}) {cause}", log_path=str(log_path), log_tail=[])
-
-    def api_readiness(self) -> ApiReadiness | None:
-        """The run's API (its own or the external one), or ``None`` while it cannot answer."""
+    def api_client(self) -> SyncTrajectoryClient:
+        """The one client of the run's API (its own or the external one), made again when the run moved ports."""
         url = (self.config.infra.api_url or "").rstrip("/")
         if self.api is None or self.api.base_url != url:
             if self.api is not None:
                 self.api.close()  # the run moved to new ports
-            self.api = SyncTrajectoryClient(url, timeout=HEALTH_TIMEOUT_S, secret=self.api_secret())
-        return self.api.readiness_or_none()
+            self.api = SyncTrajectoryClient(url, timeout=HEALTH_TIMEOUT_S, secret=self.api_form.secret)
+        return self.api
+
+    def api_readiness(self) -> ApiReadiness | None:
+        """The run's API's readiness, or ``None`` while it cannot answer."""
+        return self.api_client().readiness_or_none()
+
+    def inference_healthy(self) -> bool:
+        """The trainer's inference server serves a policy (its ``/health`` answers 503 while it loads)."""
+        url = self.config.infra.inference_url or ""
+        return health_or_none(url, secret=self.secret, timeout=HEALTH_TIMEOUT_S) is not None
 
     def trainer_registered(self) -> bool:
         # An external API that already had this run's trainer registered (a resumed run) says so before this
@@ -300,7 +262,7 @@ class Supervisor:
         if ready.num_envs is None:
             log.info("the trajectory API cannot report registrations (no /health); the environment is watched")
             return True
-        return ready.num_envs > self.envs_before
+        return ready.num_envs > self.api_form.envs_before
 
     def start_on_free_ports(self) -> LaunchOutcome:
         """``start_all``; once more on new ports (up to ``PORT_ATTEMPTS`` in all) while a process exits because
@@ -354,30 +316,12 @@ class Supervisor:
                 return
             if time.monotonic() - last_sweep > 1.0:
                 self.remember_descendants()
-                lost = self.external_api_lost()
+                lost = self.api_form.lost(self.api_probe())
                 if lost is not None:
                     self.fail(lost)
                     return
                 last_sweep = time.monotonic()
             time.sleep(MONITOR_SECONDS)
-
-    def external_api_lost(self) -> LaunchFailed | None:
-        """The failure to record once an external API has stopped answering, or forgotten the trainer, for
-        ``EXTERNAL_API_GRACE`` seconds; ``None`` while it serves (or for a short hiccup). The trainer and the
-        environment notice only at their next request, which a long training step can put off for minutes."""
-        url = external_trajectory_api.external_url(self.config)
-        if url is None:
-            return None
-        ready = self.api_readiness()
-        if ready is not None and ready.trainer_registered:
-            self.api_lost_since = None
-            return None
-        now = time.monotonic()
-        self.api_lost_since = self.api_lost_since or now
-        if now - self.api_lost_since < EXTERNAL_API_GRACE:
-            return None
-        reason = external_trajectory_api.gone_reason(url, trainer_registered=True) or "stopped answering"
-        return self.external_api_failure(url, f"{reason} while the run was going on")
 
     def dead_unexpectedly(self) -> str | None:
         for name, child in self.children.items():
@@ -385,14 +329,18 @@ class Supervisor:
             if code is None:
                 continue
             # The environment exits 0 by itself once the trainer has been served its last batch.
-            if (
-                name == "env"
-                and code == 0
-                and api_current_step(self.config, self.api_secret()) >= self.state.total_steps
-            ):
+            if name == "env" and code == 0 and self.api_current_step() >= self.state.total_steps:
                 continue
             return name
         return None
+
+    def api_current_step(self) -> int:
+        """The API's step from ``/status``, which every Atropos API answers (run-api has no ``/health``); -1 when
+        the API cannot answer."""
+        try:
+            return self.api_client().status().current_step
+        except TrajectoryAPIError:
+            return -1
 
     def remember_descendants(self) -> None:
         for child in self.children.values():
@@ -489,34 +437,6 @@ class Supervisor:
         if self.api is not None:
             self.api.close()
             self.api = None
-
-
-def _get_json(url: str, secret: str | None = None) -> dict[str, object] | None:
-    try:
-        response = httpx.get(url, timeout=HEALTH_TIMEOUT_S, headers=bearer_headers(secret))
-    except httpx.HTTPError:
-        return None
-    if response.status_code != 200:
-        return None
-    try:
-        data = response.json()
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def inference_healthy(inference_url: str, secret: str | None = None) -> bool:
-    return _get_json(f"{inference_url}/health", secret) is not None
-
-
-def api_current_step(config: RunConfig, secret: str | None = None) -> int:
-    """The API's step from ``/status``, which every Atropos API answers (run-api has no ``/health``); -1 when
-    the API cannot answer."""
-    with SyncTrajectoryClient(config.infra.api_url or "", timeout=HEALTH_TIMEOUT_S, secret=secret) as api:
-        try:
-            return api.status().current_step
-        except TrajectoryAPIError:
-            return -1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.errors import ConfigError, HermesNBError
 from hermes_nb.protocol.run_state import RunState
 from hermes_nb.protocol.trajectory import RegisterEnv, Registration
-from hermes_nb.runs import supervisor as supervisor_module
+from hermes_nb.runs import trajectory_api_forms
 from hermes_nb.runs.ports import with_ports
 from hermes_nb.runs.registry import known_run_ids
 from hermes_nb.runs.supervisor import Supervisor
@@ -208,17 +208,17 @@ def test_a_process_failing_after_the_external_api_went_away_is_blamed_on_the_api
 def test_the_watch_fails_the_run_once_the_external_api_stays_silent_past_its_grace(
     monkeypatch: pytest.MonkeyPatch, fresh_hermes_api: str
 ) -> None:
-    monkeypatch.setattr(supervisor_module, "EXTERNAL_API_GRACE", 0.3)
+    monkeypatch.setattr(trajectory_api_forms, "EXTERNAL_API_GRACE", 0.3)
     with SyncTrajectoryClient(fresh_hermes_api) as api:
         api.register(registration())
     answering = supervisor_for(TrainerConfig(external_api_url=fresh_hermes_api))
     url = dead_url()
     silent = supervisor_for(TrainerConfig(external_api_url=url), run_id="20250101-120001-abcdefghjk")
 
-    assert answering.external_api_lost() is None
-    assert silent.external_api_lost() is None  # a hiccup is not a failure
+    assert answering.api_form.lost(answering.api_probe()) is None
+    assert silent.api_form.lost(silent.api_probe()) is None  # a hiccup is not a failure
     time.sleep(0.4)
-    lost = silent.external_api_lost()
+    lost = silent.api_form.lost(silent.api_probe())
     for supervisor in (answering, silent):
         supervisor.close_api()
 
@@ -247,7 +247,7 @@ def test_the_start_fails_naming_an_external_api_that_serves_another_shape(fresh_
     supervisor = supervisor_for(TrainerConfig(external_api_url=fresh_hermes_api), status="starting")
     with SyncTrajectoryClient(fresh_hermes_api) as api:
         api.register(registration(batch_size=64))
-    outcome = supervisor.check_external_api()
+    outcome = supervisor.api_form.before_start(supervisor.config, supervisor.api_probe())
     supervisor.close_api()
     assert outcome.process == "api"  # type: ignore[union-attr]
     assert "already serves a trainer registered with batch_size 64" in outcome.cause  # type: ignore[union-attr]
