@@ -18,7 +18,7 @@ from typing import Any
 import nbformat
 import psutil
 import pytest
-from run_helpers import run, run_pids, survivors, wait_for_status
+from run_helpers import finite, run, run_pids, survivors, wait_for_status
 from side_envs import REPO_ROOT, side_env_python
 
 from hermes_nb.api import (
@@ -112,8 +112,8 @@ def test_a_notebook_lists_selects_trains_and_watches_an_atroposlib_environment(
     assert status.status == "completed", status.error
     assert status.step == STEPS
     # The environment's numbers, as atroposlib's wandb_log and evaluate_log gave them, under the run's names.
-    assert status.metrics.reward_mean is not None and status.metrics.percent_correct is not None
-    assert status.metrics.eval_percent_correct is not None
+    assert finite(status.metrics.reward_mean) and finite(status.metrics.percent_correct)
+    assert finite(status.metrics.eval_percent_correct)
     results = run(rl_get_results(run_id))
     assert len(results.history) == STEPS
     env_keys = set().union(*(row.values for row in env_rows(run_id)))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from external_apis import api_process
-from run_helpers import run, run_pids, wait_for_status
+from run_helpers import finite, run, run_pids, wait_for_status
 
 from hermes_nb.api import rl_start_training, rl_stop_training
 from hermes_nb.config import RunConfig
@@ -42,7 +42,7 @@ def test_a_run_trains_from_an_external_api_to_completed_and_leaves_it_running(ki
         status = wait_for_status(run_id, lambda s: s.is_terminal, COMPLETE_TIMEOUT)
 
         assert status.status == "completed", status.error
-        assert status.step == STEPS and status.metrics.loss is not None
+        assert status.step == STEPS and finite(status.metrics.loss)
         assert "api" not in run_pids(run_id)
         assert api.poll() is None
         with SyncTrajectoryClient(url) as client:

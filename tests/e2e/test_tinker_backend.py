@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from run_helpers import QUICK_TEST_CONFIG, alive_after, run, run_pids, wait_for_status
+from run_helpers import QUICK_TEST_CONFIG, alive_after, finite, run, run_pids, wait_for_status
 from tinker_server import FAKE_KEY, SkyrlServer, start_skyrl_server
 
 from hermes_nb.api import (
@@ -122,7 +122,7 @@ def test_a_run_on_tinker_completes_with_metrics_and_tinker_checkpoints(completed
     status = run(rl_check_status(completed_home.run_id))
 
     assert (status.status, status.step) == ("completed", 3)
-    assert status.metrics.loss is not None and status.metrics.reward_mean is not None
+    assert finite(status.metrics.loss) and finite(status.metrics.reward_mean)
     run_dir = Path(completed_home.run_dir)
     checkpoints = read_checkpoints(run_dir / "checkpoints.jsonl")
     assert [c.step for c in checkpoints] == [2, 3]
