@@ -37,11 +37,14 @@ from hermes_nb.runs.state import read_run_state
 from hermes_nb.system import home
 from hermes_nb.trainer.checkpoints import read_trajectories
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "atropos"
 # A run of a few steps takes well under a minute here; a hung one must fail the test, not block the suite.
 CELL_TIMEOUT_S = 300
+# One cell's (or run's) wait in full after the rest of the test, so the named wait reports a hang, not
+# pytest-timeout (300 s in pyproject, no more than one such wait).
+TEST_TIMEOUT_S = 2 * CELL_TIMEOUT_S
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(TEST_TIMEOUT_S)]
 STEPS = 6
 
 

@@ -88,6 +88,7 @@ def test_a_run_started_in_one_process_is_watched_and_stopped_from_another() -> N
     assert run(rl_stop_training(run_id)).status == "stopped"
 
 
+@pytest.mark.timeout(4 * COMPLETE_TIMEOUT + 60)  # both waits in full, above pytest-timeout's 300 s default
 def test_two_runs_at_once_use_their_own_ports_and_both_complete() -> None:
     first = run(rl_start_training())
     second = run(rl_start_training())

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from run_helpers import QUICK_TEST_CONFIG, alive_after, finite, run, run_pids, wait_for_status
-from tinker_server import FAKE_KEY, SkyrlServer, start_skyrl_server
+from tinker_server import FAKE_KEY, START_TIMEOUT_S, SkyrlServer, start_skyrl_server
 
 from hermes_nb.api import (
     rl_check_status,
@@ -45,10 +45,14 @@ from hermes_nb.trainer.main import restore
 from hermes_nb.trainer.tinker_backend import TinkerBackend
 from hermes_nb.trainer.types import AdamParams, Datum
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
 # CPU JAX: the first forward_backward of each batch shape compiles (5-30 s); later ones take ~1 s.
 RUN_TIMEOUT = 300.0
+# pytest-timeout counts fixtures: the first test of the module waits for the server's start, and a test waits for
+# at most two runs of its own (or the completed fixture's run and one of its own). Above that, so a slow step fails
+# with the named wait's message (which carries the server's log) instead of pytest-timeout's.
+TEST_TIMEOUT_S = START_TIMEOUT_S + 2 * RUN_TIMEOUT + 60
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(TEST_TIMEOUT_S)]
 SHORT_RUN = {"total_steps": 3, "trainer.save_checkpoint_interval": 2, "steps_per_eval": 0, "max_num_workers": 4}
 ON_TINKER = {"trainer.backend": "tinker", "trainer.lora_rank": 8}
 # One-digit additions and subtractions (the embedded model starts near 0.17 reward) in groups of 8, so few groups
