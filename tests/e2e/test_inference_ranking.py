@@ -14,6 +14,9 @@ from hermes_nb.system import home
 
 pytestmark = pytest.mark.e2e
 
+FINE_TUNE_STEPS = 120
+FINE_TUNE_LR = 2e-3
+
 
 def _arithmetic_module():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("_arith_for_test", REPO_ROOT / "environments" / "arithmetic.py")
@@ -24,17 +27,17 @@ def _arithmetic_module():  # type: ignore[no-untyped-def]
     return module
 
 
-def fine_tune_on_addition(out: Path, steps: int = 120) -> Path:
+def fine_tune_on_addition(out: Path, steps: int = FINE_TUNE_STEPS, lr: float = FINE_TUNE_LR, seed: int = 0) -> Path:
     """Teacher-forced training on training items only: a cheap, reliable way to a better checkpoint."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     arithmetic = _arithmetic_module()
-    env = arithmetic.ArithmeticEnv(arithmetic.ArithmeticConfig(seed=0))  # its training items, from its own RNG
-    torch.manual_seed(0)
+    env = arithmetic.ArithmeticEnv(arithmetic.ArithmeticConfig(seed=seed))  # its training items, from its own RNG
+    torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(home.embedded_base_model_dir())
     model = AutoModelForCausalLM.from_pretrained(home.embedded_base_model_dir())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     eos = tokenizer.eos_token_id
     for _ in range(steps):
         items = [env.train_item() for _ in range(64)]
