@@ -51,4 +51,5 @@ def test_a_quickstart_run_raises_held_out_accuracy_within_250_steps() -> None:
     evals = {row["step"]: row[EVAL_PERCENT_CORRECT] for row in run(rl_get_results(start.run_id)).eval_history}
     assert {0, STEPS} <= set(evals), f"evaluations at steps {sorted(evals)} in {Path(start.run_dir)}"
     lift = evals[STEPS] - evals[0]
+    print(f"held-out accuracy by step: {evals}; lift {lift:+.3f}")  # shown with -s: a measurement per run
     assert lift >= MIN_LIFT, f"held-out accuracy by step: {evals}; lift {lift:+.3f} < {MIN_LIFT}"
