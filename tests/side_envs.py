@@ -1,15 +1,14 @@
 """Side environments for tests: the interpreters `make test` builds under .venvs/ (scripts/side_env.sh).
 
 ``side_env_python("atropos")`` returns the environment's python. Outside CI a missing environment skips the test
-(build it with ``sh scripts/side_env.sh NAME``); in CI (``CI`` set) it fails, so a missing install step shows.
+(build it with ``sh scripts/side_env.sh NAME``); in CI (``ci.in_ci``) it fails, so a missing install step shows.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pytest
+from ci import skip_or_fail
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,6 +18,4 @@ def side_env_python(name: str) -> Path:
     if (REPO_ROOT / ".venvs" / name / ".stamp").is_file() and python.is_file():
         return python
     message = f"side environment {name!r} is not built: run `sh scripts/side_env.sh {name}` (make test does)"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    skip_or_fail(message)

@@ -1,6 +1,6 @@
 """A small real filesystem (tmpfs) for tests of a full disk, mounted where a test needs it and unmounted after.
 
-Mounting needs root (CAP_SYS_ADMIN). Outside CI a test that cannot mount skips, naming why; in CI (``CI`` set,
+Mounting needs root (CAP_SYS_ADMIN). Outside CI a test that cannot mount skips, naming why; in CI (``ci.in_ci``,
 where the suite runs as root) it fails, so a runner that lost the privilege cannot hide these tests. A tmpfs
 counts whole pages, and a write that finds none free fails with ENOSPC exactly as a full disk does.
 """
@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from ci import skip_or_fail
 
 # A filler is written in chunks this size first, then byte by byte, so it takes every last free byte.
 _FILL_CHUNK = 1 << 16
@@ -28,9 +27,7 @@ def small_disk(where: Path, size: str) -> Iterator[Path]:
     where.mkdir(parents=True, exist_ok=True)
     reason = _mount(where, size)
     if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"a full-disk test needs a tmpfs in CI: {reason}")
-        pytest.skip(f"a full-disk test needs a tmpfs: {reason}")
+        skip_or_fail(f"a full-disk test needs a tmpfs (root, CAP_SYS_ADMIN) on {where}: {reason}")
     try:
         yield where
     finally:

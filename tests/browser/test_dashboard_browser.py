@@ -17,10 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_server import JupyterLabServer
+from lab_server import READY_TIMEOUT_S, STOP_TIMEOUT_S, JupyterLabServer
 from notebook_page import NotebookPage, Screenshots, report, wait_until
-
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 SHIPPED_ENVIRONMENTS = ("arithmetic", "reverse_string", "count_letters", "sort_letters")
 DOCS_IMAGE = Path(__file__).resolve().parents[2] / "docs" / "img" / "dashboard.png"
@@ -50,9 +48,9 @@ PLOT = "img.hermes-nb-plot"
 DASHBOARD_VIEW = ".hermes-nb-dashboard"
 MONITOR = ".hermes-nb-run-monitor"
 
-# Limits of single waits, well inside the 300 s of the whole test. A kernel's first start and the import of the
-# notebook stack take the longest; a training step on the shared CPU cores takes a few seconds. A widget's answer
-# gets WIDGET_S of an idle kernel (NotebookPage.wait_for_answer): time the kernel is busy does not count.
+# Limits of single waits. A kernel's first start and the import of the notebook stack take the longest; a training
+# step on the shared CPU cores takes a few seconds. A widget's answer gets WIDGET_S of an idle kernel
+# (NotebookPage.wait_for_answer): time the kernel is busy does not count.
 KERNEL_START_S = 90.0
 CELL_S = 60.0
 WIDGET_S = 30.0
@@ -62,6 +60,14 @@ PLOT_FINISH_S = 15.0  # a few refresh intervals (1 s each)
 PLOT_FRAMES_WANTED = 3  # the first frame and two changes
 # The mid-run screenshot (docs/img/dashboard.png) waits for a few training steps, so the plot shows lines.
 PROGRESS_STEPS_WANTED = 3
+# The whole test's limit (pytest-timeout) is every named wait of the story in full (5 widget waits, 9 cells, the
+# kernel, the plot's changes, the stop, the caption), plus JupyterLab's start and stop and two of Playwright's
+# default waits: a slow step then fails with its own named wait, not with pytest-timeout's message.
+STORY_S = 5 * WIDGET_S + 9 * CELL_S + KERNEL_START_S + PLOT_CHANGES_S + STOP_S + PLOT_FINISH_S
+TEST_TIMEOUT_S = READY_TIMEOUT_S + STORY_S + 3 * STOP_TIMEOUT_S + 60
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(TEST_TIMEOUT_S)]
+
 # Tall enough for the whole dashboard (picker, form with its first section open, monitor, plot) in one picture.
 DOCS_VIEWPORT_HEIGHT = 2300
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from lab_server import JupyterLabServer
+from lab_server import READY_TIMEOUT_S, STOP_TIMEOUT_S, JupyterLabServer
 from notebook_page import NotebookPage, Screenshots, report
 from rollout_runs import TOOL_RESULT, write_tool_run
-
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 NOTEBOOK = "samples.ipynb"
 LOAD, MAGIC, WIDGET = range(3)
@@ -26,6 +24,11 @@ CELLS = [
 KERNEL_START_S = 90.0
 CELL_S = 60.0
 WIDGET_S = 30.0
+# Every named wait in full (4 widget waits, 3 cells, the kernel) and JupyterLab's start and stop: a slow step fails
+# with its own named wait, not with pytest-timeout's message.
+TEST_TIMEOUT_S = READY_TIMEOUT_S + 4 * WIDGET_S + 3 * CELL_S + KERNEL_START_S + 3 * STOP_TIMEOUT_S + 60
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(TEST_TIMEOUT_S)]
 
 
 def test_rollout_viewer_in_jupyterlab(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,11 @@ def wait_for_status(run_id: str, done: Callable[[RunStatus], bool], timeout: flo
         time.sleep(0.2)
         status = run(rl_check_status(run_id))
     return status
+
+
+def finite(value: float | None) -> bool:
+    """A metric that was logged and is a number: NaN and infinities pass ``is not None`` but mean a broken run."""
+    return value is not None and math.isfinite(value)
 
 
 def run_pids(run_id: str) -> dict[str, int]:

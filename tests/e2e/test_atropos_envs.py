@@ -18,7 +18,7 @@ from typing import Any
 import nbformat
 import psutil
 import pytest
-from run_helpers import run, run_pids, survivors, wait_for_status
+from run_helpers import finite, run, run_pids, survivors, wait_for_status
 from side_envs import REPO_ROOT, side_env_python
 
 from hermes_nb.api import (
@@ -38,11 +38,14 @@ from hermes_nb.runs.registry import known_run_ids
 from hermes_nb.system import home
 from hermes_nb.system.home import run_paths
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "atropos"
 # A run of a few steps takes well under a minute here; a hung one must fail the test, not block the suite.
 CELL_TIMEOUT_S = 300
+# One cell's (or run's) wait in full after the rest of the test, so the named wait reports a hang, not
+# pytest-timeout (300 s in pyproject, no more than one such wait).
+TEST_TIMEOUT_S = 2 * CELL_TIMEOUT_S
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(TEST_TIMEOUT_S)]
 STEPS = 6
 
 
@@ -113,8 +116,8 @@ def test_a_notebook_lists_selects_trains_and_watches_an_atroposlib_environment(
     assert status.status == "completed", status.error
     assert status.step == STEPS
     # The environment's numbers, as atroposlib's wandb_log and evaluate_log gave them, under the run's names.
-    assert status.metrics.reward_mean is not None and status.metrics.percent_correct is not None
-    assert status.metrics.eval_percent_correct is not None
+    assert finite(status.metrics.reward_mean) and finite(status.metrics.percent_correct)
+    assert finite(status.metrics.eval_percent_correct)
     results = run(rl_get_results(run_id))
     assert len(results.history) == STEPS
     env_keys = set().union(*(row.values for row in env_rows(run_id)))

@@ -7,7 +7,7 @@ resumes from it. A sample of the matrix: one case per victim, the phases rotated
 from __future__ import annotations
 
 import pytest
-from crash_points import PHASES, VICTIMS, run_case, table
+from crash_points import CLEAN_TIMEOUT_S, PHASE_TIMEOUT_S, PHASES, STATUS_WATCH_S, VICTIMS, run_case, table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("quick_env")]
 
@@ -22,6 +22,13 @@ def test_the_sample_has_one_case_per_victim_and_covers_every_phase() -> None:
     assert sorted(p for _, p in SAMPLE) == sorted(PHASES)
 
 
+# A case's named waits in full: reaching its phase (a checkpoint phase waits twice), the status watch, the joins of
+# the stop call and the case's end, the resume. Above pytest-timeout's 300 s default, so a case that hangs is
+# reported with its table (what was reached, what was found), not by pytest-timeout.
+CASE_TIMEOUT_S = 3 * PHASE_TIMEOUT_S + STATUS_WATCH_S + 3 * CLEAN_TIMEOUT_S + 60
+
+
+@pytest.mark.timeout(CASE_TIMEOUT_S)
 @pytest.mark.parametrize(("victim", "phase"), SAMPLE, ids=[f"{v}@{p}" for v, p in SAMPLE])
 def test_a_kill_9_leaves_a_right_status_no_process_readable_files_and_a_resumable_run(victim: str, phase: str) -> None:
     result = run_case(victim, phase)

@@ -49,6 +49,7 @@ def small_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
                 run(rl_stop_training(run_id))
 
 
+@pytest.mark.timeout(2 * TIMEOUT + 60)  # two run waits in full, above pytest-timeout's 300 s default
 def test_a_full_disk_fails_the_run_naming_it_and_a_resume_once_space_is_back_completes(small_home: Path) -> None:
     # W&B off: its offline files would take a share of the small disk that varies from run to run.
     settings = {"trainer.save_checkpoint_interval": 2, "wandb.mode": "disabled", "steps_per_eval": 0}

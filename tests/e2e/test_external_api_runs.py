@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from external_apis import api_process
-from run_helpers import run, run_pids, wait_for_status
+from external_apis import START_TIMEOUT_S, api_process
+from run_helpers import finite, run, run_pids, wait_for_status
 
 from hermes_nb.api import rl_start_training, rl_stop_training
 from hermes_nb.config import RunConfig
@@ -42,7 +42,7 @@ def test_a_run_trains_from_an_external_api_to_completed_and_leaves_it_running(ki
         status = wait_for_status(run_id, lambda s: s.is_terminal, COMPLETE_TIMEOUT)
 
         assert status.status == "completed", status.error
-        assert status.step == STEPS and status.metrics.loss is not None
+        assert status.step == STEPS and finite(status.metrics.loss)
         assert "api" not in run_pids(run_id)
         assert api.poll() is None
         with SyncTrajectoryClient(url) as client:
@@ -50,6 +50,8 @@ def test_a_run_trains_from_an_external_api_to_completed_and_leaves_it_running(ki
             assert client.status().current_step >= STEPS
 
 
+# The API's start, two run waits and the environment's exit, in full: above pytest-timeout's 300 s default.
+@pytest.mark.timeout(START_TIMEOUT_S + 2 * COMPLETE_TIMEOUT + 60 + 60)
 def test_a_run_that_starts_no_environment_trains_from_one_started_elsewhere(tmp_path: Path) -> None:
     with api_process("hermes", tmp_path / "api.log") as (url, _):
         overrides = {"trainer.external_api_url": url, "trainer.start_environment": False, "total_steps": STEPS}

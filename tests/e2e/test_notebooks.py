@@ -18,13 +18,19 @@ from hermes_nb.notebook.headless import error_outputs, execute_notebook, png_out
 from hermes_nb.runs.registry import known_run_ids
 from hermes_nb.runs.results import RunResults
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO_ROOT / "notebooks"
 QUICKSTART_CONFIG = REPO_ROOT / "configs" / "quickstart.yaml"
 # Each cell may wait for a whole run; a hung run must fail the test, not block the suite.
 CELL_TIMEOUT_S = 600
+# A notebook's test outlasts pytest-timeout's 300 s default: one cell's wait in full after the other cells (each
+# notebook's shortened run takes well under CELL_TIMEOUT_S on two busy cores), so a hung cell is reported by
+# nbclient, naming the cell, not by pytest-timeout.
+NOTEBOOK_TIMEOUT_S = 2 * CELL_TIMEOUT_S
+# The main job's own subprocess limit, and a minute to report it.
+MAIN_JOB_TIMEOUT_S = 3 * CELL_TIMEOUT_S
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(NOTEBOOK_TIMEOUT_S)]
 
 
 @pytest.fixture(autouse=True)
@@ -113,6 +119,7 @@ def test_agent_notebook_trains_opens_the_rollout_viewer_and_compares_base_and_tr
     assert "embedded-chat" in compared and run.run_id in compared
 
 
+@pytest.mark.timeout(MAIN_JOB_TIMEOUT_S + 60)
 def test_main_job_runs_the_quickstart_to_completion_and_writes_its_plot(tmp_path: Path) -> None:
     # The main job executes notebooks/quickstart.ipynb: one run covers the notebook and the job.
     out = tmp_path / "out"
@@ -128,7 +135,7 @@ def test_main_job_runs_the_quickstart_to_completion_and_writes_its_plot(tmp_path
         ],
         capture_output=True,
         text=True,
-        timeout=3 * CELL_TIMEOUT_S,
+        timeout=MAIN_JOB_TIMEOUT_S,
     )
 
     print(job.stdout)  # the measured run time and the metrics, shown with -s

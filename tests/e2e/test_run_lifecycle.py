@@ -12,9 +12,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from run_helpers import alive_after, run, run_pids, survivors, wait_for_status
+from run_helpers import alive_after, finite, run, run_pids, survivors, wait_for_status
 
 from hermes_nb.api import rl_get_results, rl_list_runs, rl_start_training, rl_stop_training
+from hermes_nb.protocol.metrics import TRAIN_LOSS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("quick_env")]
 
@@ -30,9 +31,10 @@ def test_run_goes_from_starting_to_completed_with_metrics_and_a_loadable_final_c
 
     assert status.status == "completed", status.error
     assert status.step == status.total_steps
-    assert status.metrics.reward_mean is not None and status.metrics.loss is not None
+    assert finite(status.metrics.reward_mean) and finite(status.metrics.loss), status.metrics
     results = run(rl_get_results(start.run_id))
     assert len(results.history) == status.total_steps
+    assert all(finite(row.get(TRAIN_LOSS)) for row in results.history), results.history
     assert results.final_weights_path is not None
     from transformers import AutoModelForCausalLM
 
@@ -86,6 +88,7 @@ def test_a_run_started_in_one_process_is_watched_and_stopped_from_another() -> N
     assert run(rl_stop_training(run_id)).status == "stopped"
 
 
+@pytest.mark.timeout(4 * COMPLETE_TIMEOUT + 60)  # both waits in full, above pytest-timeout's 300 s default
 def test_two_runs_at_once_use_their_own_ports_and_both_complete() -> None:
     first = run(rl_start_training())
     second = run(rl_start_training())

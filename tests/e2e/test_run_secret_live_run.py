@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import openai
 import psutil
 import pytest
+from ci import skip_or_fail
 from run_helpers import QUICK_TEST_CONFIG, run, run_pids, wait_for_status
 
 from hermes_nb.api import rl_check_status, rl_load_config, rl_select_environment, rl_start_training, rl_stop_training
@@ -35,7 +36,6 @@ pytestmark = [pytest.mark.e2e]
 START_TIMEOUT = 180.0
 LONG_RUN = {"total_steps": 500}
 PROBE_USER = "hermesnbprobe"
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 def _mode(path: Path) -> int:
@@ -121,10 +121,7 @@ def test_status_hands_out_urls_that_work_with_the_openai_sdk_and_the_trajectory_
 def _probe_user() -> str:
     """A throwaway second OS user (created once); skipped where that is impossible, except in CI."""
     if os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("runuser") is None:
-        reason = "needs root, useradd and runuser to act as a second OS user"
-        if IN_CI:
-            pytest.fail(f"CI runs as root with useradd: {reason}")
-        pytest.skip(reason)
+        skip_or_fail("needs root, useradd and runuser to act as a second OS user")
     known = subprocess.run(["id", "-u", PROBE_USER], capture_output=True, check=False).returncode == 0
     if not known:
         subprocess.run(

@@ -57,6 +57,8 @@ def api_health(run_id: str) -> HealthResponse:
     return HealthResponse.model_validate(answer.raise_for_status().json())
 
 
+# pytest-timeout (300 s in pyproject) must not cut the named waits short: two run waits and the stall, in full.
+@pytest.mark.timeout(2 * TIMEOUT + STALL_S + 60)
 def test_a_stopped_trainer_leaves_the_queue_within_its_cap_and_the_run_completes_after_sigcont(
     firehose: None,
 ) -> None:

@@ -13,12 +13,14 @@ from env_runtime_fakes import fake_inference_server, trajectory_api_process, wri
 
 from hermes_nb.config import InfraConfig, RunConfig, WandbConfig
 from hermes_nb.env_runtime import loop as runtime
+from hermes_nb.env_runtime import trajectory_link as api_link
 from hermes_nb.env_runtime.loading import load_env_class, make_env
 from hermes_nb.protocol.trajectory import Registration
 from hermes_nb.trajectory_api.client import TrajectoryClient
 
-# Well under the link's half-minute of retries (api_link.REQUEST_RETRY_S), well over a loaded machine's hiccup.
-STOP_WITHIN_S = 5.0
+# Well under the link's half-minute of retries (a stop that waited for them would take that long), well over a
+# loaded machine's hiccup.
+STOP_WITHIN_S = api_link.REQUEST_RETRY_S / 3
 
 
 def test_a_stop_ends_serve_at_once_while_requests_to_a_vanished_api_are_retried(tmp_path: Path) -> None:

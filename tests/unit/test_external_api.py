@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from external_apis import api_process
 
@@ -87,8 +89,20 @@ def test_readiness_asks_a_run_api_for_health_once_not_on_every_poll(run_api: tup
     with SyncTrajectoryClient(url) as api:
         for _ in range(5):
             api.readiness()
-    time.sleep(0.2)  # uvicorn writes its access line after the answer
-    assert log.read_text().count("GET /health") - asked_before == 1
+    logged = access_lines_through(url, log)
+    assert logged.count("GET /health") - asked_before == 1
+
+
+def access_lines_through(url: str, log: Path) -> str:
+    """The API's log once it holds the access line of a marker request sent now: uvicorn logs requests in the
+    order it answers them, so every earlier request's line is there too."""
+    marker = f"/status?marker={uuid.uuid4().hex}"
+    httpx.get(url + marker, timeout=10)
+    deadline = time.monotonic() + 30.0
+    while marker not in (text := log.read_text()):
+        assert time.monotonic() < deadline, f"no access line for {marker} in {log} within 30 s"
+        time.sleep(0.02)
+    return text
 
 
 def test_hermes_api_readiness_counts_the_registered_environments(fresh_hermes_api: str) -> None:

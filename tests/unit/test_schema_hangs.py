@@ -56,7 +56,8 @@ def test_a_config_init_that_loops_is_stopped_with_the_line_it_was_stuck_on(tmp_p
     stuck = re.escape(f"stuck in config_init at {path.resolve()}:")
     assert re.search(stuck + "(5|6);", first), first  # `while True:` or `spins += 1`, wherever SIGTERM landed
     assert "config_init() hangs or loops" in first
-    assert elapsed < TIMEOUT_S + schema.HANG_DUMP_GRACE_S + 3
+    # Its own timeout and the dump's grace, with room for a loaded machine: a read that hangs never returns.
+    assert elapsed < TIMEOUT_S + schema.HANG_DUMP_GRACE_S + 20
 
 
 def test_a_hanging_import_is_stopped_with_every_process_it_started(tmp_path: Path) -> None:
