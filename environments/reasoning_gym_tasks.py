@@ -69,6 +69,9 @@ def extract_answer(text: str, rule: Extraction) -> str | None:
 
 
 class ReasoningGymConfig(BaseEnvConfig):
+    # reasoning-gym's questions are sentences, not "12+34=": twice the base default, which is also every position
+    # the embedded base model has (a larger model wants more for the longer datasets).
+    max_token_length: int = Field(default=128, ge=8, le=32768, description="Longest sequence (prompt + completion).")
     datasets: dict[str, float] = Field(
         default={"chain_sum": 1.0},
         description="reasoning-gym datasets by name, each with its weight in the mix (positive; need not sum to 1).",
