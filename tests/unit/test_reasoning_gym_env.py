@@ -83,6 +83,14 @@ def test_training_items_never_include_a_held_out_prompt() -> None:
     assert all(is_heldout(p) for p in heldout) and not any(is_heldout(p) for p in train)
 
 
+def test_held_out_items_are_generated_once_per_environment() -> None:
+    environment = env(eval_items=30)
+    first = environment.eval_items()
+    generated = type(environment).entry.cache_info().misses
+    assert environment.eval_items() == first
+    assert type(environment).entry.cache_info().misses == generated
+
+
 def test_the_mix_follows_its_weights() -> None:
     counts = collections.Counter(item.metadata["dataset"] for item in _train(env(), 2000))
     share = counts["chain_sum"] / sum(counts.values())
