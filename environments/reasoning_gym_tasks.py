@@ -18,6 +18,7 @@ import functools
 import math
 import random
 import re
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -38,14 +39,20 @@ ANSWER_PREFIX = "Answer:"
 ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
-def dataset_registry() -> dict[str, Any]:
-    """reasoning-gym's datasets by name; a clear error naming the install command when it is missing."""
+def package() -> ModuleType:
+    """The reasoning_gym package, imported on first use; a clear error naming the install command when missing."""
     try:
-        from reasoning_gym.factory import DATASETS
+        import reasoning_gym
     except ImportError as exc:
         raise ImportError(f"the reasoning_gym environment needs the reasoning-gym package: {INSTALL_HINT}") from exc
+    return reasoning_gym
+
+
+def dataset_registry() -> dict[str, Any]:
+    """reasoning-gym's datasets by name."""
+    datasets: dict[str, Any] = package().factory.DATASETS
     # "composite" mixes other datasets; this environment's ``datasets`` weights are that mix.
-    return {name: spec for name, spec in DATASETS.items() if name != "composite"}
+    return {name: spec for name, spec in datasets.items() if name != "composite"}
 
 
 def unknown_dataset(name: str, known: list[str]) -> str:
@@ -147,10 +154,9 @@ class ReasoningGymConfig(BaseEnvConfig):
 
 
 def make_dataset(config: ReasoningGymConfig, name: str) -> ProceduralDataset:
-    import reasoning_gym
-
     params = config.dataset_params.get(name, {})
-    return reasoning_gym.create_dataset(name, seed=config.seed, size=config.dataset_size, **params)
+    dataset: ProceduralDataset = package().create_dataset(name, seed=config.seed, size=config.dataset_size, **params)
+    return dataset
 
 
 class ReasoningGymEnv(QAEnv):

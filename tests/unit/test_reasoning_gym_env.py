@@ -184,6 +184,7 @@ def test_an_unknown_dataset_is_refused_with_some_valid_names() -> None:
 
 def test_without_the_package_the_error_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     # A None entry in sys.modules makes the import fail as an absent package does.
-    monkeypatch.setitem(sys.modules, "reasoning_gym.factory", None)
-    with pytest.raises(ImportError, match=r"pip install 'hermes-nb\[environments\]'"):
-        config()
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)
+    for made in (module().ReasoningGymConfig, config):  # the defaults, and named datasets
+        with pytest.raises(ImportError, match=r"pip install 'hermes-nb\[environments\]'"):
+            made()
