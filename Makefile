@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml scripts/ensure_chromium.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -e ".[train,lora,notebook,dev,browser,tinker]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[train,lora,notebook,dev,browser,tinker,environments]" "$(TORCH_PIN)"
 	$(MAKE) warm-up
 	touch $(STAMP)
 

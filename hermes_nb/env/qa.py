@@ -3,8 +3,9 @@
 A subclass says only how its items are made and checked: ``generate_problem`` (one problem from an RNG, on
 either side of the train/held-out split), ``max_completion_tokens`` and, when exact match is not the rule,
 ``score_completion``, with ``is_correct`` when a correct answer does not score 1.0 (partial credit is not
-correct). ``train_item`` draws training items from ``self.rng`` (seeded with ``config.seed``) and ``eval_items``
-the held-out ones, both from ``hermes_nb.env.splits.GeneratedItems`` (shared with ``AgentEnv``), so no held-out
+correct); ``score_item`` instead where scoring needs more of the item than its answer (its ``metadata``).
+``train_item`` draws training items from ``self.rng`` (seeded with ``config.seed``) and ``eval_items`` the
+held-out ones, both from ``hermes_nb.env.splits.GeneratedItems`` (shared with ``AgentEnv``), so no held-out
 prompt is ever trained on. Training samples ``group_size`` completions per prompt at ``config.temperature``;
 the evaluation is greedy over the held-out items, sent as a few multi-prompt requests (``eval_chunk_size``
 prompts each, ``max_eval_workers`` at a time), and reports ``eval/percent_correct`` (the share ``is_correct``
@@ -41,6 +42,10 @@ class QAEnv(GeneratedItems, BaseEnv):
         """1.0 for exactly the answer (surrounding whitespace ignored), else 0.0."""
         return 1.0 if text.strip() == answer else 0.0
 
+    def score_item(self, text: str, item: QAItem) -> float:
+        """The score of ``text`` as a completion of ``item``: ``score_completion`` of its answer, unless overridden."""
+        return self.score_completion(text, item.answer)
+
     async def collect_trajectories(self, item: QAItem) -> tuple[ScoredDataGroup | None, list[QAItem]]:
         completions = await self.server.sample(
             item.prompt,
@@ -49,7 +54,7 @@ class QAEnv(GeneratedItems, BaseEnv):
             temperature=self.config.temperature,
             stop=self.stop,
         )
-        scores = [self.score_completion(c.text, item.answer) for c in completions]
+        scores = [self.score_item(c.text, item) for c in completions]
         return with_single_turn_messages(self.scored_group(completions, scores), item.prompt, completions), []
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
@@ -68,7 +73,7 @@ class QAEnv(GeneratedItems, BaseEnv):
 
         batches = await asyncio.gather(*(greedy(chunk) for chunk in chunks))
         correct = [
-            self.is_correct(self.score_completion(completion.text, item.answer))
+            self.is_correct(self.score_item(completion.text, item))
             for batch, chunk in zip(batches, chunks, strict=True)
             for completion, item in zip(batch.completions, chunk, strict=True)
         ]

@@ -6,9 +6,10 @@
 - The key is checked from the ``Authorization`` header; a wrong one is refused with a 401 whose message echoes
   what was sent (some providers do), so a test can check that the echo never reaches a result or a log.
 - Models behave by name: answers are computed from the prompt for every shipped environment's format
-  (``solve``), right for most models, wrong for ``WRONG``, right but wordy for ``VERBOSE``; ``CHAT_ONLY`` answers
-  404 on ``/completions``; ``REFUSING`` refuses (content filter), ``EMPTY`` answers nothing, ``FAILING`` answers 503
-  and ``SLOW`` answers after ``slow_s``.
+  (``solve``), or looked up in ``ProviderState.answers`` for prompts a test registered (an environment whose
+  answers only its generator knows: ``reasoning_gym``), right for most models, wrong for ``WRONG``, right but
+  wordy for ``VERBOSE``; ``CHAT_ONLY`` answers 404 on ``/completions``; ``REFUSING`` refuses (content filter),
+  ``EMPTY`` answers nothing, ``FAILING`` answers 503 and ``SLOW`` answers after ``slow_s``.
 - ``TOOL_USER`` is an agent for the shipped ``calculator_agent``'s word problems, as capable hosted models are: when
   the request offers a ``calculate`` tool it answers with OpenAI ``tool_calls`` (arguments as a JSON string, or as
   an object when ``arguments_as_object``), one per step, the second built from the first step's tool result in
@@ -61,6 +62,7 @@ class ProviderState:
     arguments_as_object: bool = False
     calls: list[Call] = field(default_factory=list)
     limited: set[str] = field(default_factory=set)  # models whose one 429 was sent
+    answers: dict[str, str] = field(default_factory=dict)  # prompt -> right answer, before ``solve``
 
     def calls_of(self, model: str) -> list[Call]:
         return [c for c in self.calls if c.model == model]
@@ -116,9 +118,9 @@ def agent_turn(body: dict[str, Any], arguments_as_object: bool) -> dict[str, Any
     return {"role": "assistant", "content": None, "tool_calls": [tool_call]}
 
 
-def answer(model: str, prompt: str) -> tuple[str | None, str]:
-    """(text, finish_reason) that ``model`` gives to ``prompt``."""
-    right = solve(prompt)
+def answer(model: str, prompt: str, answers: dict[str, str] | None = None) -> tuple[str | None, str]:
+    """(text, finish_reason) that ``model`` gives to ``prompt`` (its right answer from ``answers`` when there)."""
+    right = answers[prompt] if answers and prompt in answers else solve(prompt)
     if model == WRONG:
         return right + "9", "stop"  # a different answer, never the right one inside a longer text
     if model == VERBOSE:
@@ -160,7 +162,7 @@ def make_provider_app(state: ProviderState) -> Any:
 
     def choices(body: dict[str, Any], prompt: str, chat: bool) -> tuple[list[dict[str, Any]], int]:
         count = int(body.get("n", 1)) if state.honours_n else 1
-        text, finish = answer(str(body.get("model", "")), prompt)
+        text, finish = answer(str(body.get("model", "")), prompt, state.answers)
         made = []
         for index in range(count):
             content = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
