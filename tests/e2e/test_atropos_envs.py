@@ -121,7 +121,7 @@ def test_a_notebook_lists_selects_trains_and_watches_an_atroposlib_environment(
     results = run(rl_get_results(run_id))
     assert len(results.history) == STEPS
     env_keys = set().union(*(row.values for row in env_rows(run_id)))
-    assert {keys.TRAIN_REWARD_MEAN, keys.ENV_GROUPS_POSTED, keys.ENV_COMPLETION_TOKENS_MEAN} <= env_keys
+    assert {keys.ENV_REWARD_MEAN, keys.ENV_GROUPS_POSTED, keys.ENV_COMPLETION_TOKENS_MEAN} <= env_keys
     assert final_evaluation_step(run_id) == STEPS
     # W&B was on (offline, as every test runs it): atroposlib's own run sits beside the trainer's.
     assert len(list((home.run_dir(run_id) / "wandb").glob("offline-run-*"))) == 2
