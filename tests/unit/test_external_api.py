@@ -54,19 +54,6 @@ def fresh_run_api(run_api: tuple[str, Path]) -> str:
     return url
 
 
-@pytest.fixture(scope="module")
-def hermes_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with api_process("hermes", tmp_path_factory.mktemp("hermes_api") / "api.log") as (url, _):
-        yield url
-
-
-@pytest.fixture
-def fresh_hermes_api(hermes_api: str) -> str:
-    with SyncTrajectoryClient(hermes_api) as api:
-        api.reset_data()
-    return hermes_api
-
-
 def dead_url() -> str:
     return f"http://{LOOPBACK}:{free_port()}"
 

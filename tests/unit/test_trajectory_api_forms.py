@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from external_apis import api_process
 
 from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.protocol.run_state import RunState
@@ -53,19 +52,6 @@ def never_asked() -> ApiProbe:
     return ApiProbe(readiness=readiness, stop_requested=lambda: False, poll_seconds=0.01)
 
 
-@pytest.fixture(scope="module")
-def hermes_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with api_process("hermes", tmp_path_factory.mktemp("hermes_api") / "api.log") as (url, _):
-        yield url
-
-
-@pytest.fixture
-def fresh_api(hermes_api: str) -> str:
-    with SyncTrajectoryClient(hermes_api) as api:
-        api.reset_data()
-    return hermes_api
-
-
 @pytest.fixture
 def owned() -> Iterator[Supervisor]:
     supervisor = supervisor_for(TrainerConfig())
@@ -75,8 +61,8 @@ def owned() -> Iterator[Supervisor]:
 
 
 @pytest.fixture
-def external(fresh_api: str) -> Iterator[Supervisor]:
-    supervisor = supervisor_for(TrainerConfig(external_api_url=fresh_api))
+def external(fresh_hermes_api: str) -> Iterator[Supervisor]:
+    supervisor = supervisor_for(TrainerConfig(external_api_url=fresh_hermes_api))
     yield supervisor
     supervisor.close_api()
 
@@ -116,9 +102,9 @@ def test_an_external_api_is_never_started_and_never_gets_the_runs_secret() -> No
 
 
 def test_an_external_api_with_this_runs_shape_is_accepted_and_its_environments_counted(
-    external: Supervisor, fresh_api: str
+    external: Supervisor, fresh_hermes_api: str
 ) -> None:
-    with SyncTrajectoryClient(fresh_api) as api:
+    with SyncTrajectoryClient(fresh_hermes_api) as api:
         api.register(Registration(batch_size=16, max_token_len=64, num_steps=10, starting_step=0))
         api.register_env(RegisterEnv(max_token_length=64, desired_name="other", group_size=4))
 
@@ -166,8 +152,8 @@ def test_an_external_api_probed_silent_fails_the_run_only_past_its_grace(monkeyp
     assert lost.cause.endswith("while the run was going on")
 
 
-def test_an_external_api_that_answers_again_starts_its_grace_over(external: Supervisor, fresh_api: str) -> None:
-    with SyncTrajectoryClient(fresh_api) as api:
+def test_an_external_api_that_answers_again_starts_its_grace_over(external: Supervisor, fresh_hermes_api: str) -> None:
+    with SyncTrajectoryClient(fresh_hermes_api) as api:
         api.register(Registration(batch_size=16, max_token_len=64, num_steps=10, starting_step=0))
     form = external.api_form
     assert isinstance(form, ExternalApi)
@@ -189,6 +175,6 @@ def test_a_failure_while_the_external_api_is_gone_is_blamed_on_it_and_keeps_the_
     assert (blamed.log_path, blamed.log_tail) == ("trainer.log", ["boom"])
 
 
-def test_a_failure_while_the_external_api_serves_is_the_failing_processs_own(fresh_api: str) -> None:
-    form = ExternalApi(url=fresh_api, supervisor_log=Path("supervisor.log"))
+def test_a_failure_while_the_external_api_serves_is_the_failing_processs_own(fresh_hermes_api: str) -> None:
+    form = ExternalApi(url=fresh_hermes_api, supervisor_log=Path("supervisor.log"))
     assert form.blame(FAILED, trainer_registered=False) == FAILED
