@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hermes_nb.errors import ConfigError
 from hermes_nb.system.devices import DTypeName, device_syntax_problem
@@ -22,7 +22,13 @@ EMBEDDED_BASE_MODEL = "embedded"
 # The shipped Qwen3 chat model with a tool-calling template (agent environments; docs/chat_model.md).
 EMBEDDED_CHAT_MODEL = "embedded-chat"
 
-LossName = Literal["importance_sampling", "ppo"]
+LossName = Literal["importance_sampling", "ppo", "cispo"]
+# How per-token losses become the batch's loss, by TRL's names (GRPOConfig.loss_type); hermes_nb.trainer.losses.
+LossAggregation = Literal["dapo", "bnpo", "grpo", "dr_grpo"]
+ImportanceSamplingLevel = Literal["token", "sequence"]
+RewardScaling = Literal["group", "batch", "none"]
+KLEstimator = Literal["k1", "k2", "k3"]
+LRSchedule = Literal["constant", "linear", "cosine"]
 BackendName = Literal["local", "tinker"]
 WandbMode = Literal["auto", "online", "offline", "disabled"]
 # What an environment is written against: the name of a registered framework adapter (hermes_nb.frameworks.registry:
@@ -95,8 +101,80 @@ class TrainerConfig(BaseModel):
     )
     learning_rate: float = Field(default=4e-5, gt=0, le=1.0, description="Adam learning rate.")
     lora_rank: int = Field(default=0, ge=0, le=1024, description="LoRA rank; 0 = full fine-tune (local backend).")
-    loss: LossName = Field(default="importance_sampling", description="Policy-gradient loss (Tinker's names).")
-    ppo_clip_epsilon: float = Field(default=0.2, gt=0, lt=1, description="Clip range of the ppo loss.")
+    loss: LossName = Field(
+        default="importance_sampling",
+        description=(
+            "Policy-gradient objective, by Tinker's names: importance_sampling (REINFORCE with the importance ratio), "
+            "ppo (the clipped surrogate of PPO/GRPO), cispo (clipped, detached importance weights; MiniMax-M1)."
+        ),
+    )
+    loss_type: LossAggregation = Field(
+        default="dapo",
+        description=(
+            "How token losses are averaged (TRL's names): dapo = token-mean over the batch (DAPO; the default), "
+            "bnpo = the same here (one local batch per step), grpo = mean per sequence, then over sequences "
+            "(DeepSeekMath GRPO), dr_grpo = sum over the batch / (sequences x max completion length) (Dr. GRPO)."
+        ),
+    )
+    importance_sampling_level: ImportanceSamplingLevel = Field(
+        default="token",
+        description="token: one importance ratio per token; sequence: the length-normalised ratio of the whole "
+        "completion, shared by its tokens (GSPO).",
+    )
+    epsilon: float = Field(default=0.2, gt=0, lt=1, description="Lower clip range of ppo: ratio >= 1 - epsilon.")
+    epsilon_high: float | None = Field(
+        default=None,
+        gt=0,
+        description="Upper clip range of ppo, ratio <= 1 + epsilon_high (DAPO's clip-higher: 0.28); cispo's cap on "
+        "the importance weight (ScaleRL: 5.0). None: epsilon (ppo), 5.0 (cispo).",
+    )
+    scale_rewards: RewardScaling = Field(
+        default="group",
+        description="Advantage = (score - group mean) / std of the group (group, GRPO), of the batch (batch), or "
+        "not divided (none, Dr. GRPO).",
+    )
+    num_iterations: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Optimizer steps per batch (GRPO's mu); every pass takes its ratio against the sampling policy.",
+    )
+    mask_truncated_completions: bool = Field(
+        default=False,
+        description="Leave completions cut off at max_token_length out of the loss (DAPO's overlong filtering).",
+    )
+    dynamic_sampling: bool = Field(
+        default=False,
+        description="Fill every batch with groups that carry a learning signal, pulling more when groups without "
+        "one are dropped (DAPO's dynamic sampling); dropped groups are counted in train/groups_dropped.",
+    )
+    beta: float = Field(
+        default=0.0,
+        ge=0,
+        le=100,
+        description="KL penalty coefficient against a frozen reference policy (0 = none; DeepSeek-R1 used 0.001).",
+    )
+    kl_estimator: KLEstimator = Field(
+        default="k3",
+        description="Per-token KL estimator (Schulman): k1 = log(p/ref), k2 = (log(p/ref))^2 / 2, "
+        "k3 = ref/p - log(ref/p) - 1 (non-negative; GRPO's).",
+    )
+    reference_model: str | None = Field(
+        default=None,
+        description="The frozen reference of the KL penalty: a run id, a checkpoint path or a model directory. "
+        "None: the weights the run starts from (a LoRA run: its base with the adapters off, no second copy).",
+    )
+    lr_scheduler_type: LRSchedule = Field(
+        default="constant",
+        description="Learning-rate schedule over the run's steps, after warmup (transformers.get_scheduler's).",
+    )
+    warmup_steps: int = Field(default=0, ge=0, description="Steps of linear warmup from 0 to learning_rate.")
+    importance_sampling_cap: float | None = Field(
+        default=None,
+        gt=1,
+        description="Correct the sampler/trainer mismatch: weight each token by min(p_trainer / p_sampler, cap) "
+        "(truncated importance sampling; TRL's vllm_importance_sampling_cap, typically 2-3). None: off.",
+    )
     max_grad_norm: float = Field(default=1.0, ge=0, description="Gradient clipping (0 = off).")
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
     save_checkpoint_interval: int = Field(
@@ -166,6 +244,13 @@ class TrainerConfig(BaseModel):
             raise ValueError(problem)
         return value.strip()
 
+    @model_validator(mode="after")
+    def _fields_that_go_together(self) -> TrainerConfig:
+        problem = trainer_combination_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
     @field_validator("external_api_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
@@ -176,6 +261,18 @@ class TrainerConfig(BaseModel):
         if scheme not in ("http", "https") or not sep or not rest or any(c.isspace() for c in rest):
             raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {value!r}")
         return url
+
+
+def trainer_combination_problem(trainer: TrainerConfig) -> str | None:
+    """Why two trainer fields that are each valid mean nothing together, naming both; None when they fit."""
+    if trainer.epsilon_high is not None and trainer.loss == "importance_sampling":
+        return (
+            "trainer.epsilon_high is a clip range, and trainer.loss: importance_sampling does not clip: "
+            "use loss ppo or cispo, or leave epsilon_high unset"
+        )
+    if trainer.reference_model is not None and trainer.beta == 0:
+        return "trainer.reference_model is the reference of the KL penalty, and trainer.beta is 0: set beta > 0"
+    return None
 
 
 class TinkerConfig(BaseModel):

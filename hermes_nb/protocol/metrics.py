@@ -31,6 +31,21 @@ TRAIN_WAIT_SECONDS = "train/wait_seconds"
 TRAIN_COMPUTE_SECONDS = "train/compute_seconds"
 # The share of a step's batch that came from a replayed earlier run (transfer learning).
 TRAIN_REPLAY_FRACTION = "train/replay_fraction"
+# The algorithm's view of a step (hermes_nb.trainer.losses, .loop): the spread of the batch's scores, the KL to
+# the reference policy (only with trainer.beta > 0), the mean entropy of the policy at the trained positions, the
+# share of trained tokens whose ratio was clipped below (advantage < 0) or above (advantage > 0), completion lengths
+# in tokens, the share of completions cut off at max_token_length, groups without signal dropped from the batch
+# (dynamic sampling), and optimizer steps taken so far (num_iterations per batch).
+TRAIN_REWARD_STD = "train/reward_std"
+TRAIN_KL = "train/kl"
+TRAIN_ENTROPY = "train/entropy"
+TRAIN_CLIP_FRACTION_LOW = "train/clip_fraction_low"
+TRAIN_CLIP_FRACTION_HIGH = "train/clip_fraction_high"
+TRAIN_COMPLETION_LENGTH = "train/completion_length"
+TRAIN_COMPLETION_LENGTH_MAX = "train/completion_length_max"
+TRAIN_TRUNCATED_FRACTION = "train/truncated_fraction"
+TRAIN_GROUPS_DROPPED = "train/groups_dropped"
+TRAIN_OPTIMIZER_STEPS = "train/optimizer_steps"
 
 # Everything the environment sampled, written by the environment to env_metrics.jsonl and nowhere else: every
 # completion of every group it scored since the trainer's previous step, groups then dropped (equal scores, too

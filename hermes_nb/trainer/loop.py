@@ -133,13 +133,36 @@ def prepare_data(backend: TrainingBackend, batch: list[ScoredDataGroup]) -> list
     return data
 
 
+# cispo's cap of the importance weight when trainer.epsilon_high is unset (ScaleRL's recommendation).
+CISPO_DEFAULT_CAP = 5.0
+
+
+def loss_config_for(trainer: TrainerConfig, max_completion_length: int) -> LossConfig:
+    """The loss settings of ``trainer`` (``max_completion_length``: the run's max_token_length, dr_grpo's constant)."""
+    high = trainer.epsilon_high
+    if high is None:
+        high = CISPO_DEFAULT_CAP if trainer.loss == "cispo" else trainer.epsilon
+    return LossConfig(
+        clip_epsilon_low=trainer.epsilon,
+        clip_epsilon_high=high,
+        loss_type=trainer.loss_type,
+        importance_sampling_level=trainer.importance_sampling_level,
+        beta=trainer.beta,
+        kl_estimator=trainer.kl_estimator,
+        importance_sampling_cap=trainer.importance_sampling_cap,
+        max_completion_length=max_completion_length,
+    )
+
+
 def adam_params(trainer: TrainerConfig) -> AdamParams:
     return AdamParams(
         learning_rate=trainer.learning_rate, weight_decay=trainer.weight_decay, max_grad_norm=trainer.max_grad_norm
     )
 
 
-def train_step(backend: TrainingBackend, batch: list[ScoredDataGroup], trainer: TrainerConfig) -> dict[str, float]:
+def train_step(
+    backend: TrainingBackend, batch: list[ScoredDataGroup], trainer: TrainerConfig, max_completion_length: int = 1
+) -> dict[str, float]:
     """One optimizer step on ``batch``; returns the step's training metrics (no throughput)."""
     values = batch_score_metrics(batch)
     values[keys.TRAIN_LEARNING_RATE] = trainer.learning_rate
@@ -150,8 +173,7 @@ def train_step(backend: TrainingBackend, batch: list[ScoredDataGroup], trainer: 
         # move the weights (momentum), so skip it.
         values[keys.TRAIN_LOSS] = 0.0
         return values
-    loss_config = LossConfig(clip_epsilon_low=trainer.ppo_clip_epsilon, clip_epsilon_high=trainer.ppo_clip_epsilon)
-    output = backend.forward_backward(data, trainer.loss, loss_config)
+    output = backend.forward_backward(data, trainer.loss, loss_config_for(trainer, max_completion_length))
     step = backend.optim_step(adam_params(trainer))
     values[keys.TRAIN_LOSS] = output.loss
     values[keys.TRAIN_TRAINED_TOKENS] = float(output.num_trained_tokens)
@@ -198,7 +220,7 @@ def run_training(
         if batch is None:
             break
         started = time.perf_counter()
-        values = train_step(backend, batch, settings.trainer)
+        values = train_step(backend, batch, settings.trainer, settings.max_token_len)
         if isinstance(source, ReportingSource):
             values.update(source.batch_metrics())
         step += 1

@@ -8,7 +8,7 @@ interface to the local torch backend and to the hosted service. Suffixes name wh
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -25,14 +25,26 @@ class Datum(BaseModel):
     # Logprob of each target token under the policy that sampled it (only read where weights_T > 0).
     sampling_logprobs_T: list[float]
     advantages_T: list[float]
+    # The trainer's own logprobs of the targets before the step's first optimizer pass: the ratio's denominator
+    # when the sampler/trainer mismatch is corrected (LossConfig.importance_sampling_cap); None: sampling's.
+    old_logprobs_T: list[float] | None = None
+    # The frozen reference policy's logprobs of the targets, for the KL penalty (LossConfig.beta > 0).
+    reference_logprobs_T: list[float] | None = None
 
     @model_validator(mode="after")
     def _aligned(self) -> Datum:
         size = len(self.input_tokens_T)
         if size == 0:
             raise ValueError("input_tokens_T: a datum needs at least one position")
-        for name in ("target_tokens_T", "weights_T", "sampling_logprobs_T", "advantages_T"):
-            if len(getattr(self, name)) != size:
+        for name in (
+            "target_tokens_T",
+            "weights_T",
+            "sampling_logprobs_T",
+            "advantages_T",
+            "old_logprobs_T",
+            "reference_logprobs_T",
+        ):
+            if getattr(self, name) is not None and len(getattr(self, name)) != size:
                 raise ValueError(f"{name}: has {len(getattr(self, name))} values, input_tokens_T has {size}")
         return self
 
@@ -42,12 +54,24 @@ class Datum(BaseModel):
 
 
 class LossConfig(BaseModel):
-    """Parameters of the policy-gradient losses (``ppo`` reads the clip range; Tinker fixes it at 0.2)."""
+    """How ``hermes_nb.trainer.losses`` turns a batch into a loss: the trainer fields of the same names
+    (``hermes_nb.config.TrainerConfig``, built by ``loss_config_for``). Tinker's own service fixes ppo's clip range
+    at 0.2 and aggregates by sum."""
 
     model_config = ConfigDict(frozen=True)
 
     clip_epsilon_low: float = Field(default=0.2, gt=0, lt=1)
+    # ppo: the upper clip range; cispo: the cap of the importance weight.
     clip_epsilon_high: float = Field(default=0.2, gt=0)
+    loss_type: Literal["dapo", "bnpo", "grpo", "dr_grpo"] = "dapo"
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    # The KL penalty: beta * estimator(logp, reference logp) per trained token, added to the loss (0 = off).
+    beta: float = Field(default=0.0, ge=0)
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    # Truncated importance sampling: weight each token by min(exp(old - sampling), cap), detached (None = off).
+    importance_sampling_cap: float | None = Field(default=None, gt=1)
+    # dr_grpo's constant: the longest completion a sequence may have (the run's max_token_length).
+    max_completion_length: int = Field(default=1, ge=1)
 
 
 class ForwardBackwardOutput(BaseModel):

@@ -12,6 +12,7 @@ import logging
 import math
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -282,13 +283,20 @@ def test_a_group_changed_after_it_was_built_is_checked_again() -> None:
 
 
 def watch(scenario: Any, limit: float = 0.3) -> list[tuple[str, str]]:
-    """Run ``scenario(guard)`` on a loop guarded by a watchdog whose ``on_blocked`` records instead of exiting."""
+    """Run ``scenario(guard)`` on a loop guarded by a watchdog whose ``on_blocked`` records instead of exiting
+    (and sets ``guard.reported``, so a scenario can block until the watchdog has acted, however loaded the CPU)."""
     from hermes_nb.env_runtime.faults import LoopWatchdog
 
     calls: list[tuple[str, str]] = []
+    reported = threading.Event()
+
+    def record(summary: str, stack: str) -> None:
+        calls.append((summary, stack))
+        reported.set()
 
     async def main() -> None:
-        guard = LoopWatchdog(limit, lambda summary, stack: calls.append((summary, stack)))
+        guard = LoopWatchdog(limit, record)
+        guard.reported = reported  # type: ignore[attr-defined]
         guard.start()
         try:
             await scenario(guard)
@@ -302,14 +310,16 @@ def watch(scenario: Any, limit: float = 0.3) -> list[tuple[str, str]]:
 def test_the_watchdog_names_the_call_that_blocks_the_loop() -> None:
     import time
 
-    async def stuck_in_sync_code(_: Any) -> None:
-        time.sleep(1.5)
+    async def stuck_in_sync_code(guard: Any) -> None:
+        deadline = time.monotonic() + 30
+        while not guard.reported.is_set() and time.monotonic() < deadline:  # blocks without awaiting
+            time.sleep(0.01)
 
     calls = watch(stuck_in_sync_code)
     assert len(calls) == 1
     summary, stack = calls[0]
     assert "event loop has been blocked for" in summary and "stuck in stuck_in_sync_code at " in summary
-    assert "time.sleep(1.5)" in summary and "stuck_in_sync_code" in stack
+    assert "time.sleep(0.01)" in summary and "stuck_in_sync_code" in stack
 
 
 def test_the_watchdog_looks_twice_before_it_acts() -> None:
