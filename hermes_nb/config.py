@@ -29,6 +29,25 @@ ImportanceSamplingLevel = Literal["token", "sequence"]
 RewardScaling = Literal["group", "batch", "none"]
 KLEstimator = Literal["k1", "k2", "k3"]
 LRSchedule = Literal["constant", "linear", "cosine"]
+# The trainer fields that choose the RL algorithm (a variant is a set of these), in the order a user reads them:
+# the objective, its ratio and clipping, the advantages, the passes, the batch, the KL, the schedule.
+ALGORITHM_FIELDS = (
+    "loss",
+    "loss_type",
+    "importance_sampling_level",
+    "epsilon",
+    "epsilon_high",
+    "scale_rewards",
+    "num_iterations",
+    "mask_truncated_completions",
+    "dynamic_sampling",
+    "beta",
+    "kl_estimator",
+    "reference_model",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "importance_sampling_cap",
+)
 BackendName = Literal["local", "tinker"]
 WandbMode = Literal["auto", "online", "offline", "disabled"]
 # What an environment is written against: the name of a registered framework adapter (hermes_nb.frameworks.registry:
@@ -250,6 +269,15 @@ class TrainerConfig(BaseModel):
         if problem is not None:
             raise ValueError(problem)
         return self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # pydantic runs the check above after it has stored an assigned value: a refused one must not stay.
+        before = self.__dict__.get(name)
+        try:
+            super().__setattr__(name, value)
+        except ValidationError:
+            self.__dict__[name] = before
+            raise
 
     @field_validator("external_api_url")
     @classmethod

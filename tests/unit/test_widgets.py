@@ -176,6 +176,12 @@ def test_form_groups_fields_by_section_with_the_most_used_first() -> None:
     assert env_names.index("env.digits") < env_names.index("env.seed")  # the environment's own fields come early
     assert env_section.selected_index == 0  # open
     assert form.sections["trainer"][0].selected_index is None  # folded
+    algorithm_section, algorithm_box = form.sections["algorithm"]
+    algorithm_names = [child.children[0].description for child in algorithm_box.children]
+    assert algorithm_names[:3] == ["trainer.loss", "trainer.loss_type", "trainer.importance_sampling_level"]
+    assert "trainer.beta" in algorithm_names and algorithm_section.selected_index is None
+    trainer_names = [child.children[0].description for child in form.sections["trainer"][1].children]
+    assert "trainer.learning_rate" in trainer_names and not set(trainer_names) & set(algorithm_names)
     assert form.locked_section.selected_index is None
     assert all("hermes-nb-locked" in box._dom_classes for box in form.locked_box.children)
     row = form.rows["env.group_size"]

@@ -1,6 +1,6 @@
 """How the config form is laid out: one collapsible section per config section, the most used fields first.
 
-38 editable and 18 locked fields in one column is a page of scrolling; the environment's fields (what a user
+Some 50 editable and 18 locked fields in one column is a page of scrolling; the environment's fields (what a user
 edits most) start open, the trainer's and W&B's start folded, and the locked ones are folded at the end.
 """
 
@@ -10,10 +10,13 @@ from collections.abc import Iterable
 
 import ipywidgets as widgets
 
-from hermes_nb.config import BaseEnvConfig
+from hermes_nb.config import ALGORITHM_FIELDS, BaseEnvConfig
 from hermes_nb.selection.results import ConfigField
 
-SECTION_TITLES = {"env": "Environment", "trainer": "Trainer", "wandb": "Weights & Biases"}
+SECTION_TITLES = {"env": "Environment", "trainer": "Trainer", "algorithm": "RL algorithm", "wandb": "Weights & Biases"}
+# The trainer fields that choose the algorithm get a section of their own: 15 of them among the trainer's would
+# bury the model and the learning rate.
+ALGORITHM_SECTION = "algorithm"
 OPEN_SECTIONS = frozenset({"env"})
 # The fields changed most often, first in their section: how long a run is, how much it samples per step,
 # how fast it learns, which model.
@@ -27,7 +30,6 @@ FIRST_FIELDS = (
     "trainer.base_model",
     "trainer.backend",
     "trainer.lora_rank",
-    "trainer.loss",
     "wandb.project",
     "wandb.run_name",
     "wandb.mode",
@@ -36,7 +38,9 @@ LOCKED_TITLE = "Locked (decided by the run system)"
 
 
 def section_of(name: str) -> str:
-    return name.split(".", 1)[0]
+    """The form section of a dotted field name: its config section, or the algorithm's for those trainer fields."""
+    section, _, field = name.partition(".")
+    return ALGORITHM_SECTION if section == "trainer" and field in ALGORITHM_FIELDS else section
 
 
 def field_order(fields: Iterable[ConfigField]) -> list[ConfigField]:
