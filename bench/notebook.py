@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # after the path set-up
 from matplotlib.figure import Figure
 
-from hermes_nb.plotting.figure import PANELS, PLOTTED_KEYS, MetricsFigure
+from hermes_nb.plotting.figure import MetricsFigure
+from hermes_nb.plotting.panels import PANELS, PLOTTED_KEYS
 from hermes_nb.plotting.series import RunSeries
 from hermes_nb.protocol.metrics import TRAIN_LOSS, MetricsRow
 from hermes_nb.protocol.run_files import TRAINER_METRICS_FILE
