@@ -41,9 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # after the path set-up
 from matplotlib.figure import Figure
 
-from hermes_nb.plotting.figure import PANELS, PLOTTED_KEYS, MetricsFigure
+from hermes_nb.plotting.figure import MetricsFigure
+from hermes_nb.plotting.panels import PANELS, PLOTTED_KEYS
 from hermes_nb.plotting.series import RunSeries
-from hermes_nb.protocol.metrics import TRAIN_LOSS, MetricsRow
+from hermes_nb.protocol.metrics import TRAIN_KL, MetricsRow
 from hermes_nb.protocol.run_files import TRAINER_METRICS_FILE
 
 RUN_ID = "20260101-000000-benchbench"
@@ -197,7 +198,7 @@ def limits_grew(points: int, smoothing: float, repeat: int) -> tuple[Timings, Ti
         end = int(figure.figure.axes[0].get_xlim()[1])
         assert end >= points, "the bench's steps outgrew the step axis before the value axis could grow"
         spike = row(points)
-        series.add_rows([spike.model_copy(update={"values": {TRAIN_LOSS: 10 * spike.values[TRAIN_LOSS]}})])
+        series.add_rows([spike.model_copy(update={"values": {TRAIN_KL: 10 * spike.values[TRAIN_KL]}})])
         extend(value_axis, timed_growth(figure, draw))
         series.add_rows([row(end + 1)])
         extend(step_axis, timed_growth(figure, draw))

@@ -48,6 +48,10 @@ def _assignments(items: list[str]) -> dict[str, str]:
     return parse_assignments(items)
 
 
+def _names(text: str | None) -> list[str] | None:
+    return None if text is None else [name.strip() for name in text.split(",") if name.strip()]
+
+
 def _models(text: str | None) -> list[str] | None:
     from hermes_nb.model_test.targets import split_models
 
@@ -242,8 +246,8 @@ COMMANDS: tuple[Command, ...] = (
         magic="rl_test", cli="test",
     ),
     Command(
-        "watch", "hermes_nb.notebook.watch", "Live metrics plot (reward, percent correct, loss) that refreshes until "
-        "the runs end.",
+        "watch", "hermes_nb.notebook.watch", "Live metrics plot (reward, held-out accuracy, completion length, KL or "
+        "entropy) that refreshes until the runs end.",
         (
             Argument("runs", "run ids or entity/project/run W&B paths (default: the kernel's run)", nargs="*",
                      metavar="RUN"),
@@ -252,6 +256,8 @@ COMMANDS: tuple[Command, ...] = (
                      const=True),
             Argument("timeout", "with --wait: give up waiting after this many seconds", flags=("--timeout",),
                      type=float),
+            Argument("panels", "four panels, comma-separated (default reward,eval,length,kl; also loss, entropy, "
+                     "train_correct, clip_fraction, learning_rate)", flags=("--panels",), parse=_names),
         ),
         magic="rl_watch", export=False, tool=False, magic_options={"interval_s": "refresh_interval"},
     ),

@@ -9,6 +9,9 @@ picture. When displayed from IPython, the plot also leaves an empty output with 
 has ended it puts the final PNG there once (``update_display``), and hides the widget's image so a live page
 shows that one picture. ``wait()`` publishes it again from the calling cell, so nbclient, which only listens
 during a cell, records it too (an update replaces, so this never adds a second picture).
+
+The last panel is one click away from the others people check now and then (the loss, train accuracy, clip
+fractions, the learning rate): a dropdown over the picture swaps it, redrawn from the rows already read.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import TypeVar
 import ipywidgets as widgets
 
 from hermes_nb.notebook.refresher import Refresher
+from hermes_nb.plotting.panels import DEFAULT_PANELS, PANEL_CHOICES
 from hermes_nb.plotting.plot import MetricsPlot
 from hermes_nb.plotting.sources import MetricsSource
 
@@ -30,6 +34,8 @@ DEFAULT_REFRESH_INTERVAL_S = 1.0
 PLOT_CLASS = "hermes-nb-plot"
 
 T = TypeVar("T")
+# What the dropdown offers for the last panel: the default's KL (or entropy) and what people look at less often.
+LAST_PANEL_OPTIONS = ("kl", "loss", "train_correct", "clip_fraction", "learning_rate", "entropy")
 
 # Every live plot of the process redraws on this one long-lived thread, whichever refresher thread asks. matplotlib
 # keeps the fonts it opens per drawing thread (and no public API releases them), so a thread per plot would leave
@@ -49,13 +55,23 @@ class LivePlot:
         runs: Sequence[str | MetricsSource],
         smoothing: float = 0.0,
         interval_s: float = DEFAULT_REFRESH_INTERVAL_S,
+        panels: Sequence[str] | None = None,
     ) -> None:
-        self.plot = MetricsPlot(runs, smoothing=smoothing)
+        self.plot = MetricsPlot(runs, smoothing=smoothing, panels=panels)
+        self.panels = list(panels or DEFAULT_PANELS)
         self.image = widgets.Image(format="png", layout=widgets.Layout(width="100%", max_width="800px"))
         self.image.add_class(PLOT_CLASS)
         self.caption = widgets.HTML()
         self.caption.add_class("hermes-nb-plot-caption")
-        self.widget = widgets.VBox([self.caption, self.image])
+        offered = dict.fromkeys((*LAST_PANEL_OPTIONS, self.panels[-1]))
+        self.last_panel = widgets.Dropdown(
+            options=[(PANEL_CHOICES[name].title, name) for name in offered],
+            value=self.panels[-1],
+            description="last panel",
+            layout=widgets.Layout(width="auto"),
+        )
+        self.last_panel.observe(self._on_last_panel, names="value")
+        self.widget = widgets.VBox([widgets.HBox([self.caption, self.last_panel]), self.image])
         self.widget.add_class("hermes-nb-live-plot")
         self.finished = False
         self._final_display_id: str | None = None
@@ -73,6 +89,17 @@ class LivePlot:
             self.image.value = self.plot.png
         self._update_caption()
         return redrawn
+
+    def show_panels(self, panels: Sequence[str]) -> None:
+        """Draw these four panels from now on (what the dropdown does for the last one)."""
+        on_drawing_thread(self.plot.set_panels, panels)
+        self.panels = list(panels)
+        self.image.value = self.plot.png
+
+    def _on_last_panel(self, change: dict[str, object]) -> None:
+        self.show_panels([*self.panels[:-1], str(change["new"])])
+        if self.finished:
+            self._publish_final()
 
     def start(self) -> LivePlot:
         if not self.finished:

@@ -17,10 +17,14 @@ def watch(
     wait: bool = False,
     timeout: float | None = None,
     interval_s: float = DEFAULT_REFRESH_INTERVAL_S,
+    panels: Sequence[str] | None = None,
 ) -> LivePlot | None:
     """A live plot of ``runs`` (default: the kernel's run); with ``wait``, shown now and returned (None) once every
-    run has ended or ``timeout`` seconds have passed. A returned plot starts refreshing when it is displayed."""
-    plot = LivePlot(list(runs) or [kernel_runs.require_run()], smoothing=smoothing, interval_s=interval_s)
+    run has ended or ``timeout`` seconds have passed. A returned plot starts refreshing when it is displayed.
+    ``panels``: four names of ``hermes_nb.plotting.PANEL_CHOICES`` (default: reward, eval, length, kl)."""
+    plot = LivePlot(
+        list(runs) or [kernel_runs.require_run()], smoothing=smoothing, interval_s=interval_s, panels=panels
+    )
     if not wait:
         return plot
     from IPython.display import display

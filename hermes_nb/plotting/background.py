@@ -59,6 +59,12 @@ class AxesBackground:
         ax.set_ylim(*y)
         self._to_draw.add(index)
 
+    def redraw_fixed(self) -> None:
+        """Something of the fixed layer changed (a panel's title): draw it, and then every panel, again."""
+        self._fixed, self._fixed_cells = self._draw_fixed()
+        self._value_axis_cells = [None] * len(self._axes)
+        self._whole = None
+
     def restore(self) -> None:
         """Put the background on the canvas, drawing again what changed since the last time."""
         if self._whole is not None and not self._to_draw:

@@ -11,14 +11,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hermes_nb.errors import HermesNBError
-from hermes_nb.plotting.figure import PLOTTED_KEYS, MetricsFigure
+from hermes_nb.plotting.figure import MetricsFigure
+from hermes_nb.plotting.panels import PLOTTED_KEYS
 from hermes_nb.plotting.series import RunSeries
 from hermes_nb.plotting.sources import MetricsSource, source_for
 
 
 class MetricsPlot:
-    def __init__(self, runs: Sequence[str | MetricsSource], smoothing: float = 0.0) -> None:
-        """``runs``: run ids, ``entity/project/run_id`` W&B paths, or ready sources; overlaid, one colour each."""
+    def __init__(
+        self, runs: Sequence[str | MetricsSource], smoothing: float = 0.0, panels: Sequence[str] | None = None
+    ) -> None:
+        """``runs``: run ids, ``entity/project/run_id`` W&B paths, or ready sources; overlaid, one colour each.
+        ``panels``: four names of ``PANEL_CHOICES`` (default: reward, eval, length, kl)."""
         if not runs:
             raise HermesNBError("a metrics plot needs at least one run id (see %rl_runs) or W&B run path")
         if not 0.0 <= smoothing < 1.0:
@@ -28,7 +32,8 @@ class MetricsPlot:
         if len(set(labels)) != len(labels):
             raise HermesNBError(f"each run can be plotted once; got {labels}")
         self.series = {label: RunSeries(PLOTTED_KEYS) for label in labels}
-        self.figure = MetricsFigure(labels, smoothing)
+        self.smoothing = smoothing
+        self.figure = MetricsFigure(labels, smoothing, panels)
         # The refresh thread and the kernel (refresh, save) may both read and draw; figures are not thread safe.
         self._lock = threading.RLock()
         self.png = b""
@@ -50,6 +55,13 @@ class MetricsPlot:
             self.frames += 1
             return True
 
+    def set_panels(self, panels: Sequence[str]) -> None:
+        """Draw these four panels from now on (the series hold every panel's keys: nothing is read again)."""
+        with self._lock:
+            self.figure = MetricsFigure(list(self.series), self.smoothing, panels)  # a bad name: refused here
+            self.png = b""
+            self.refresh()
+
     def latest_step(self) -> int | None:
         step_arrays = [run.arrays(key)[0] for run in self.series.values() for key in PLOTTED_KEYS]
         steps = [int(s[-1]) for s in step_arrays if s.size]
@@ -67,8 +79,10 @@ class MetricsPlot:
         return path
 
 
-def save_metrics_plot(runs: Sequence[str], path: str | Path, smoothing: float = 0.0) -> Path:
+def save_metrics_plot(
+    runs: Sequence[str], path: str | Path, smoothing: float = 0.0, panels: Sequence[str] | None = None
+) -> Path:
     """Plot every row the runs have so far and write it to ``path`` (PNG), e.g. after a headless run."""
-    plot = MetricsPlot(runs, smoothing=smoothing)
+    plot = MetricsPlot(runs, smoothing=smoothing, panels=panels)
     plot.refresh()
     return plot.save(path)

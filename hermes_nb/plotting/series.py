@@ -138,3 +138,14 @@ def decimate(steps: FloatArray, values: FloatArray, bins: int) -> tuple[FloatArr
     values_2B = np.empty(2 * bins)
     values_2B[0::2], values_2B[1::2] = low_B, high_B
     return np.repeat(steps[starts_B], 2), values_2B
+
+
+def decimate_band(
+    steps: FloatArray, low: FloatArray, high: FloatArray, bins: int
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """A band's envelope in at most ``bins`` points: each bin of consecutive points its lowest ``low`` and highest
+    ``high`` (as ``decimate``, for a filled band rather than a line)."""
+    if steps.size <= 2 * bins:
+        return steps, low, high
+    starts_B = np.linspace(0, steps.size, bins + 1).astype(int)[:-1]
+    return steps[starts_B], np.minimum.reduceat(low, starts_B), np.maximum.reduceat(high, starts_B)

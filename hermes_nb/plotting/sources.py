@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from hermes_nb.errors import HermesNBError, UnknownRunError
 from hermes_nb.metrics.reader import read_metrics
-from hermes_nb.plotting.figure import PLOTTED_KEYS
+from hermes_nb.plotting.panels import PLOTTED_KEYS
 from hermes_nb.protocol.metrics import TRAINER_ONLY_KEYS, WANDB_STEP_KEY, MetricsRow
 from hermes_nb.protocol.run_files import ENV_METRICS_FILE, RUN_STATE_FILE, TRAINER_METRICS_FILE
 from hermes_nb.runs.damage import Damage, file_damage, read_state

@@ -13,7 +13,7 @@ from hermes_nb.protocol.run_files import LOGGED_PROCESSES, RunPaths
 from hermes_nb.runs.damage import current_state, file_damage
 from hermes_nb.runs.lineage import predecessor_rows
 from hermes_nb.runs.registry import known_run_ids, resolve_run
-from hermes_nb.runs.results import LogTail, RunList, RunResults, RunSummary
+from hermes_nb.runs.results import AlgorithmMetrics, LogTail, RunList, RunResults, RunSummary
 from hermes_nb.runs.wandb_remote import TRAINER_RUN_FILE
 from hermes_nb.system.home import run_paths
 from hermes_nb.system.logtail import tail_lines
@@ -97,6 +97,7 @@ def get_results(run_id: str | None) -> RunResults:
         status=state.status,
         final_metrics=final,
         best_metrics=_best(rows + eval_only),
+        algorithm=AlgorithmMetrics.newest(rows),
         history=[{"step": r.step, "time": r.time, **r.values} for r in rows],
         eval_history=[{"step": r.step, "time": r.time, **r.values} for r in evals],
         checkpoints=checkpoints,

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.checkpoints import CheckpointRecord
+from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_state import TERMINAL_STATUSES
 from hermes_nb.protocol.tinker import TinkerRunInfo
 from hermes_nb.results import Result, format_duration, html_table
@@ -24,7 +27,72 @@ class ProcessStatus(BaseModel):
     log_path: str | None = None
 
 
-class LatestMetrics(BaseModel):
+@dataclass(frozen=True)
+class _Shown:
+    """How one field of ``AlgorithmMetrics`` is read (its metric key) and shown (label, as a percentage or not)."""
+
+    key: str
+    label: str
+    percent: bool = False
+
+
+# The trainer's view of what an algorithm does, in the order status shows it (hermes_nb.protocol.metrics).
+_ALGORITHM_FIELDS = {
+    "reward_std": _Shown(keys.TRAIN_REWARD_STD, "reward std"),
+    "kl": _Shown(keys.TRAIN_KL, "KL"),
+    "entropy": _Shown(keys.TRAIN_ENTROPY, "entropy"),
+    "clip_fraction_low": _Shown(keys.TRAIN_CLIP_FRACTION_LOW, "clipped low", percent=True),
+    "clip_fraction_high": _Shown(keys.TRAIN_CLIP_FRACTION_HIGH, "clipped high", percent=True),
+    "completion_length": _Shown(keys.TRAIN_COMPLETION_LENGTH, "completion length"),
+    "completion_length_max": _Shown(keys.TRAIN_COMPLETION_LENGTH_MAX, "longest"),
+    "truncated_fraction": _Shown(keys.TRAIN_TRUNCATED_FRACTION, "truncated", percent=True),
+    "groups_dropped": _Shown(keys.TRAIN_GROUPS_DROPPED, "groups dropped"),
+    "learning_rate": _Shown(keys.TRAIN_LEARNING_RATE, "learning rate"),
+}
+
+
+class AlgorithmMetrics(BaseModel):
+    """The newest value of each algorithm metric the trainer logged; None where a run has not logged it (a KL
+    only with ``trainer.beta > 0``, clip fractions only with a clipped loss, a trainer that predates a key)."""
+
+    reward_std: float | None = None
+    kl: float | None = None
+    entropy: float | None = None
+    clip_fraction_low: float | None = None
+    clip_fraction_high: float | None = None
+    completion_length: float | None = None
+    completion_length_max: float | None = None
+    truncated_fraction: float | None = None
+    groups_dropped: float | None = None
+    learning_rate: float | None = None
+
+    @classmethod
+    def newest(cls, rows: list[MetricsRow]) -> AlgorithmMetrics:
+        """Each field from the newest row of ``rows`` (the trainer's) that has its key."""
+        found: dict[str, float] = {}
+        for row in reversed(rows):
+            for field, shown in _ALGORITHM_FIELDS.items():
+                if field not in found and shown.key in row.values:
+                    found[field] = row.values[shown.key]
+            if len(found) == len(_ALGORITHM_FIELDS):
+                break
+        return cls(**found)
+
+    def shown(self) -> list[tuple[str, str]]:
+        """``(label, value)`` of the fields that were logged, in status's order."""
+        values = self.model_dump()
+        return [
+            (shown.label, _fmt(values[field], shown.percent))
+            for field, shown in _ALGORITHM_FIELDS.items()
+            if values[field] is not None
+        ]
+
+    def text(self) -> str | None:
+        """One compact line's worth (``reward std 0.21, KL 0.003, ...``); None when nothing was logged."""
+        return ", ".join(f"{label} {value}" for label, value in self.shown()) or None
+
+
+class LatestMetrics(AlgorithmMetrics):
     step: int | None = None
     reward_mean: float | None = None
     percent_correct: float | None = None
@@ -157,6 +225,8 @@ class RunStatus(Result):
             f"  reward {_fmt(m.reward_mean)}, correct {_fmt(m.percent_correct, True)}, "
             f"eval {_fmt(m.eval_percent_correct, True)}, loss {_fmt(m.loss)}",
         ]
+        if (algorithm := m.text()) is not None:
+            lines.append(f"  {algorithm}")
         if self.processes:
             lines.append(
                 "  processes: "
@@ -187,6 +257,7 @@ class RunStatus(Result):
             ["percent correct", _fmt(m.percent_correct, True)],
             ["eval percent correct", _fmt(m.eval_percent_correct, True)],
             ["loss", _fmt(m.loss)],
+            *[[label, value] for label, value in m.shown()],
             *[
                 [f"process {p.name}", p.state + (f" (exit {p.exit_code})" if p.exit_code is not None else "")]
                 for p in self.processes
@@ -259,6 +330,8 @@ class RunResults(Result):
     status: str
     final_metrics: dict[str, float] = Field(default_factory=dict)
     best_metrics: dict[str, float] = Field(default_factory=dict)
+    # The newest value of each algorithm metric the trainer logged (reward std, KL, entropy, clip fractions ...).
+    algorithm: AlgorithmMetrics = Field(default_factory=AlgorithmMetrics)
     history: list[dict[str, Any]] = Field(default_factory=list)
     eval_history: list[dict[str, Any]] = Field(default_factory=list)
     checkpoints: list[CheckpointRecord] = Field(default_factory=list)
@@ -271,6 +344,8 @@ class RunResults(Result):
         lines = [f"Run {self.run_id} ({self.environment}): {self.status}, {len(self.history)} steps logged"]
         lines += [f"  final {k}: {v:.4g}" for k, v in sorted(self.final_metrics.items())]
         lines += [f"  best {k}: {v:.4g}" for k, v in sorted(self.best_metrics.items())]
+        if (algorithm := self.algorithm.text()) is not None:
+            lines.append(f"  last logged: {algorithm}")
         lines.append(f"  final weights: {self.final_weights_path or '–'}")
         if self.wandb_url:
             lines.append(f"  W&B: {self.wandb_url}")

@@ -14,7 +14,7 @@ from hermes_nb.protocol.run_state import RunState
 from hermes_nb.protocol.tinker import read_run_info
 from hermes_nb.runs.damage import Damage, current_state, file_damage
 from hermes_nb.runs.registry import resolve_run
-from hermes_nb.runs.results import LatestMetrics, ProcessStatus, RunStatus
+from hermes_nb.runs.results import AlgorithmMetrics, LatestMetrics, ProcessStatus, RunStatus
 from hermes_nb.runs.wandb_remote import remote_summary
 from hermes_nb.system import processes
 from hermes_nb.system.logtail import tail_lines
@@ -57,6 +57,7 @@ def latest_metrics(trainer_rows: list[MetricsRow], env_rows: list[MetricsRow]) -
     """Reward and percent correct of the trained batch (the trainer's, as its log and the plot show them), held-out
     accuracy from the environment: each key read from the one file that writes it."""
     return LatestMetrics(
+        **AlgorithmMetrics.newest(trainer_rows).model_dump(),
         step=trainer_rows[-1].step if trainer_rows else None,
         reward_mean=_latest(keys.TRAIN_REWARD_MEAN, trainer_rows),
         percent_correct=_latest(keys.TRAIN_PERCENT_CORRECT, trainer_rows),

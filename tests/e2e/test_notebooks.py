@@ -42,7 +42,7 @@ def _stop_runs_left_behind() -> Iterator[None]:
 
 
 # The notebooks as written run for minutes; the suite runs them shorter through their parameters cell.
-CUSTOM_STEPS, TRANSFER_STEPS, QUICKSTART_STEPS = 8, 6, 20
+CUSTOM_STEPS, TRANSFER_STEPS, QUICKSTART_STEPS, ALGORITHMS_STEPS = 8, 6, 20, 6
 # The agent notebook's run, shortened: a few steps of small batches and a small held-out set.
 AGENT_OVERRIDES = {"total_steps": 3, "steps_per_eval": 3, "eval_items": 16, "group_size": 4, "batch_size": 8}
 
@@ -103,6 +103,17 @@ def test_transfer_learning_trains_a_then_b_three_ways_and_tests_task_a(tmp_path:
     assert len(png_outputs(cell_with(book, "%rl_watch $b_from_a $b_from_base --wait"))) == 1
     retained = cell_with(book, "labels = {").outputs[0]["data"]["text/plain"]
     assert retained.count("of task A correct") == 3
+
+
+def test_algorithms_notebook_trains_the_default_and_dr_grpo_and_overlays_them(tmp_path: Path) -> None:
+    book = execute("algorithms.ipynb", tmp_path, {"STEPS": ALGORITHMS_STEPS})
+
+    runs = results_of_every_run()
+    assert sorted(run.status for run in runs) == ["completed", "completed"], [(r.run_id, r.status) for r in runs]
+    assert all(len(run.history) == ALGORITHMS_STEPS for run in runs)
+    assert len(png_outputs(cell_with(book, "%rl_watch $default $dr_grpo --wait"))) == 1
+    printed = cell_with(book, "for run_id in (default, dr_grpo)").outputs[0]["text"]
+    assert all(run.run_id in printed for run in runs)
 
 
 def test_agent_notebook_trains_opens_the_rollout_viewer_and_compares_base_and_trained(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from PIL import Image
 from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook.live_plot import LivePlot
 from hermes_nb.plotting import (
+    DEFAULT_PANELS,
     PANELS,
     PLOTTED_KEYS,
     MetricsFigure,
@@ -39,6 +40,8 @@ from hermes_nb.plotting.limits import Limits, grow
 from hermes_nb.plotting.series import RunSeries, decimate, ema
 from hermes_nb.protocol.metrics import (
     EVAL_PERCENT_CORRECT,
+    TRAIN_COMPLETION_LENGTH,
+    TRAIN_KL,
     TRAIN_LOSS,
     TRAIN_PERCENT_CORRECT,
     TRAIN_REWARD_MEAN,
@@ -395,7 +398,7 @@ def test_a_flat_curve_at_zero_gets_a_readable_range() -> None:
 
 
 def rising_rows(run: int, steps: range) -> list[MetricsRow]:
-    values = {TRAIN_REWARD_MEAN: 0.1, TRAIN_PERCENT_CORRECT: 1.0, EVAL_PERCENT_CORRECT: 2.0, TRAIN_LOSS: -0.01}
+    values = {TRAIN_REWARD_MEAN: 0.1, TRAIN_COMPLETION_LENGTH: 1.0, EVAL_PERCENT_CORRECT: 2.0, TRAIN_KL: -0.01}
     return [
         MetricsRow(step=s, time=float(s), values={k: v * s * (run + 1) + (s % 7) for k, v in values.items()})
         for s in steps
@@ -408,10 +411,11 @@ def point(step: int, key: str, value: float) -> MetricsRow:
 
 def assert_same_as_a_full_draw(figure: MetricsFigure, png: bytes) -> None:
     canvas = figure.figure.canvas
-    canvas.draw()  # matplotlib's own full draw: everything but the animated lines, then the lines
+    canvas.draw()  # matplotlib's own full draw: everything but the animated artists, then those
     for ax in figure.figure.axes:
-        for line in ax.get_lines():
-            ax.draw_artist(line)
+        for artist in ax.get_children():
+            if artist.get_animated() and artist.get_visible():
+                ax.draw_artist(artist)
     full = np.asarray(canvas.buffer_rgba())[..., :3].astype(int)  # type: ignore[attr-defined]
     ours = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
     # Only the blend where two faint grid lines cross may differ (by rounding): matplotlib draws the step axis
@@ -447,14 +451,14 @@ def two_runs() -> tuple[MetricsFigure, dict[str, RunSeries]]:
 
 def test_every_kind_of_frame_whose_limits_grew_is_the_same_picture_as_a_full_draw() -> None:
     figure, series = two_runs()
-    loss = PLOTTED_KEYS.index(TRAIN_LOSS)
+    kl = DEFAULT_PANELS.index("kl")
     draw_after_each(
         figure,
         series,
         [
             lambda: [],  # the first frame: every panel
-            lambda: [point(int(figure.figure.axes[0].get_xlim()[1]) + 1, TRAIN_LOSS, middle(figure, loss))],  # steps
-            lambda: [point(5, TRAIN_PERCENT_CORRECT, 5_000.0)],  # one value axis
+            lambda: [point(int(figure.figure.axes[0].get_xlim()[1]) + 1, TRAIN_KL, middle(figure, kl))],  # steps
+            lambda: [point(5, TRAIN_COMPLETION_LENGTH, 5_000.0)],  # one value axis
             lambda: [point(int(figure.figure.axes[0].get_xlim()[1]) + 1, TRAIN_REWARD_MEAN, 5_000.0)],  # both
         ],
     )
@@ -462,14 +466,14 @@ def test_every_kind_of_frame_whose_limits_grew_is_the_same_picture_as_a_full_dra
 
 def test_tick_labels_too_wide_for_their_cell_are_never_cut() -> None:
     figure, series = two_runs()
-    loss = PLOTTED_KEYS.index(TRAIN_LOSS)
-    # Wider than the room between the columns: the loss panel's labels reach into the eval panel's cell.
-    value_axis = figure.figure.axes[loss].yaxis
+    kl = DEFAULT_PANELS.index("kl")
+    # Wider than the room between the columns: the KL panel's labels reach into the eval panel's cell.
+    value_axis = figure.figure.axes[kl].yaxis
     value_axis.set_major_formatter(StrMethodFormatter("{x:.2f} (a wide label)"))
 
     def narrow_again() -> list[MetricsRow]:
         value_axis.set_major_formatter(ScalarFormatter())
-        return [point(8, TRAIN_LOSS, -50_000.0)]
+        return [point(8, TRAIN_KL, -50_000.0)]
 
     draw_after_each(
         figure,
@@ -477,8 +481,8 @@ def test_tick_labels_too_wide_for_their_cell_are_never_cut() -> None:
         [
             lambda: [],  # the first frame draws them
             lambda: [point(5, EVAL_PERCENT_CORRECT, 5_000.0)],  # the panel whose cell they reach into
-            lambda: [point(6, TRAIN_LOSS, -5_000.0)],  # their own panel
-            lambda: [point(int(figure.figure.axes[0].get_xlim()[1]) + 1, TRAIN_LOSS, -1.0)],  # every panel
+            lambda: [point(6, TRAIN_KL, -5_000.0)],  # their own panel
+            lambda: [point(int(figure.figure.axes[0].get_xlim()[1]) + 1, TRAIN_KL, -1.0)],  # every panel
             narrow_again,  # drawn narrow: what reached out must go too
         ],
     )
@@ -506,13 +510,13 @@ def axis_draws_after(growth: list[MetricsRow]) -> dict[str, list[int]]:
 
 
 def test_a_value_axis_that_grows_draws_only_its_own_panel_again() -> None:
-    percent = PLOTTED_KEYS.index(TRAIN_PERCENT_CORRECT)
-    drawn = axis_draws_after([point(5, TRAIN_PERCENT_CORRECT, 5_000.0)])
-    assert drawn == {"x": [int(i == percent) for i in range(4)], "y": [int(i == percent) for i in range(4)]}
+    length = DEFAULT_PANELS.index("length")
+    drawn = axis_draws_after([point(5, TRAIN_COMPLETION_LENGTH, 5_000.0)])
+    assert drawn == {"x": [int(i == length) for i in range(4)], "y": [int(i == length) for i in range(4)]}
 
 
 def test_a_step_axis_that_grows_draws_the_step_axes_only() -> None:
-    assert axis_draws_after([point(1_000, TRAIN_LOSS, -2.0)]) == {"x": [1, 1, 1, 1], "y": [0, 0, 0, 0]}
+    assert axis_draws_after([point(1_000, TRAIN_KL, -2.0)]) == {"x": [1, 1, 1, 1], "y": [0, 0, 0, 0]}
 
 
 def test_titles_and_step_labels_sit_where_matplotlib_places_them() -> None:
@@ -554,7 +558,7 @@ def test_limits_that_grow_before_anything_was_measured_are_drawn_whole_and_right
     figure, series = two_runs()
     figure.update(series)
     figure.render_png()
-    series[RUN].add_rows([point(5, TRAIN_PERCENT_CORRECT, 5_000.0)])
+    series[RUN].add_rows([point(5, TRAIN_COMPLETION_LENGTH, 5_000.0)])
     figure.update(series)
     with patch.object(Axis, "draw", autospec=True, side_effect=Axis.draw) as drawn:
         png = figure.render_png()

@@ -192,6 +192,19 @@ def test_rl_watch_plots_the_default_run(ip: InteractiveShell) -> None:
     assert not plot.running  # a returned plot starts when it is displayed
 
 
+def test_rl_watch_panels_put_the_loss_in_the_picture(ip: InteractiveShell) -> None:
+    make_run(NEWER)
+    append_trainer_rows(NEWER, range(4))
+    plot = line(ip, f"rl_watch {NEWER} --panels reward,eval,length,loss")
+    assert [ax.get_title() for ax in plot.plot.figure.figure.axes][-1] == "Loss"
+
+
+def test_rl_watch_with_an_unknown_panel_is_a_usage_error_naming_the_choices(ip: InteractiveShell) -> None:
+    make_run(NEWER)
+    with pytest.raises(UsageError, match="panels must be 4 names of: reward, eval"):
+        line(ip, f"rl_watch {NEWER} --panels reward,eval,length,los")
+
+
 def test_rl_watch_of_an_unknown_run_is_a_usage_error(ip: InteractiveShell) -> None:
     with pytest.raises(UsageError, match="run 'nope' not found"):
         line(ip, "rl_watch nope")

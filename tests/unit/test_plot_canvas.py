@@ -17,9 +17,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from PIL import Image
 
 import hermes_nb.plotting
-from hermes_nb.plotting import PLOTTED_KEYS, MetricsFigure
+from hermes_nb.plotting import DEFAULT_PANELS, PLOTTED_KEYS, MetricsFigure
 from hermes_nb.plotting.series import RunSeries
-from hermes_nb.protocol.metrics import TRAIN_LOSS, MetricsRow
+from hermes_nb.protocol.metrics import TRAIN_KL, MetricsRow
 
 # matplotlib draws the step axis before the value axis, the figure the other way round: where two faint grid
 # lines cross, the blend differs by rounding only.
@@ -71,12 +71,14 @@ def texts_drawn() -> Iterator[tuple[list[str], list[str]]]:
 
 
 def full_draw(figure: MetricsFigure) -> np.ndarray:
-    """The picture matplotlib itself makes of the figure: a whole draw, then the animated lines over it."""
+    """The picture matplotlib itself makes of the figure: a whole draw, then the animated artists over it (bands,
+    lines, a panel's "no data" note), in the order the axes hold them."""
     canvas = figure.figure.canvas
     canvas.draw()
     for ax in figure.figure.axes:
-        for line in ax.get_lines():
-            ax.draw_artist(line)
+        for artist in ax.get_children():
+            if artist.get_animated() and artist.get_visible():
+                ax.draw_artist(artist)
     return np.asarray(canvas.buffer_rgba())[..., :3].astype(int)  # type: ignore[attr-defined]
 
 
@@ -128,15 +130,15 @@ def shown_value_labels(ax: Axes) -> list[str]:
 
 def test_a_grown_value_axis_draws_its_own_tick_labels_again() -> None:
     figure, series = drawn_figure(range(300))
-    loss = figure.figure.axes[PLOTTED_KEYS.index(TRAIN_LOSS)]
-    before = shown_value_labels(loss)
+    kl = figure.figure.axes[DEFAULT_PANELS.index("kl")]
+    before = shown_value_labels(kl)
 
-    series.add_rows([MetricsRow(step=300, time=300.0, values={TRAIN_LOSS: 50.0})])
+    series.add_rows([MetricsRow(step=300, time=300.0, values={TRAIN_KL: 50.0})])
     with texts_drawn() as (drawn, _):
         figure.update({"run": series})
         figure.render_png()
 
-    after = shown_value_labels(loss)
+    after = shown_value_labels(kl)
     assert after != before
     assert set(after) - set(before) <= set(drawn)
 
