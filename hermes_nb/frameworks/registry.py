@@ -25,6 +25,7 @@ from hermes_nb.errors import ConfigError
 from hermes_nb.frameworks.atroposlib.adapter import AtroposlibFramework
 from hermes_nb.frameworks.contract import FrameworkAdapter
 from hermes_nb.frameworks.native.adapter import NativeFramework
+from hermes_nb.frameworks.openenv.adapter import OpenEnvFramework
 
 FRAMEWORKS_VAR = "HERMES_NB_FRAMEWORKS"
 ENTRY_POINT_GROUP = "hermes_nb.frameworks"
@@ -34,6 +35,7 @@ ENTRY_POINT_GROUP = "hermes_nb.frameworks"
 SHIPPED: tuple[FrameworkAdapter, ...] = (
     NativeFramework(),
     AtroposlibFramework(),
+    OpenEnvFramework(),
 )
 
 # Adapters from outside, by the value of FRAMEWORKS_VAR they were loaded for (a test or a kernel may change it).

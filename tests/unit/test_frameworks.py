@@ -43,13 +43,13 @@ def test_without_its_registration_a_frameworks_environment_is_not_listed(monkeyp
 def test_an_unknown_framework_is_refused_at_start_naming_the_registered_ones(tmp_path: Path) -> None:
     env_file = tmp_path / "env.py"
     env_file.write_text("", encoding="utf-8")
-    ref = EnvironmentRef(name="x", class_name="X", file=str(env_file), framework="openenv")
+    ref = EnvironmentRef(name="x", class_name="X", file=str(env_file), framework="no_such_framework")
 
     with pytest.raises(ConfigError) as raised:
         validate_for_start(RunConfig(environment=ref, trainer={"backend": "local"}))
 
     message = str(raised.value)
-    assert message.startswith("environment.framework: no framework 'openenv' is registered")
+    assert message.startswith("environment.framework: no framework 'no_such_framework' is registered")
     assert "hermes_nb, atroposlib" in message and registry.FRAMEWORKS_VAR in message
 
 

@@ -1,0 +1,182 @@
+"""The environment process of an OpenEnv run: episodes over OpenEnv sessions, with ``AgentEnv``'s exact tokens.
+
+``python -m hermes_nb.env_runtime serve <this file>:OpenEnvAgentEnv --config <run>/config.yaml`` in the OpenEnv
+Python. ``setup`` starts the server of the file named by ``FILE_VAR`` (or uses ``server_url``), reads which Action
+field a reply fills (``/schema``) and lists the MCP tools once. An item is a reset seed: every member of a group
+resets its own session with the same seed, so the group shares its task. One episode: ``reset`` -> the observation
+as the user message -> the policy's turn; a turn with tool calls is answered by ``tools/call`` in the session
+(``tool`` messages), a turn without is the Action of a ``step``, whose observation is the next user message until
+``done`` or ``max_turns``. The score aggregates the steps' rewards (``rewards``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+
+from hermes_nb.config import BaseEnvConfig
+from hermes_nb.env.agent import AgentEnv
+from hermes_nb.env.episodes import Episode
+from hermes_nb.env.types import QAItem
+from hermes_nb.errors import ConfigError
+from hermes_nb.frameworks.openenv.rewards import episode_score
+from hermes_nb.frameworks.openenv.server import ServerProcess, start_server
+from hermes_nb.frameworks.openenv.session import OpenEnvSession, SessionError, StepResult
+from hermes_nb.frameworks.openenv.settings import OpenEnvSettings
+from hermes_nb.protocol.inference import ChatMessage, FunctionCall, ToolSpec
+
+FILE_VAR = "HERMES_NB_OPENENV_FILE"  # the environment file whose app the process serves
+LOG_VAR = "HERMES_NB_OPENENV_LOG"  # where that server logs
+# Observation fields every OpenEnv observation has; never the text of a message.
+BASE_OBSERVATION_FIELDS = ("metadata", "done", "reward")
+# Reset seeds drawn for items: any int OpenEnv environments accept (numpy's seeds stop at 2**32).
+SEED_RANGE = 2**31
+
+
+class OpenEnvEpisode(Episode):
+    """An episode with the rewards its steps sent (``None`` rewards left out) and whether the environment ended it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rewards: list[float] = []
+        self.done = False
+
+
+class OpenEnvAgentEnv(AgentEnv):
+    name = "openenv"
+    env_config_cls: ClassVar[type[BaseEnvConfig]] = OpenEnvSettings
+    config: OpenEnvSettings
+
+    server_process: ServerProcess | None = None
+    url = ""
+    action_field = ""
+    tool_specs: list[ToolSpec]
+
+    async def setup(self) -> None:
+        self.url = self.config.server_url or ""
+        if not self.url:
+            file = os.environ.get(FILE_VAR, "")
+            if not file:
+                raise ConfigError(f"env.server_url: none given, and {FILE_VAR} names no environment file to serve")
+            log = Path(os.environ.get(LOG_VAR) or Path(file).with_suffix(".openenv.log"))
+            self.server_process = await start_server(file, log)
+            self.url = self.server_process.url
+        self.action_field = self.config.action_field or await self._text_action_field()
+        async with OpenEnvSession(self.url) as session:
+            self.tool_specs = [tool.as_tool_spec() for tool in await session.list_tools_or_none()]
+
+    async def _text_action_field(self) -> str:
+        async with httpx.AsyncClient(timeout=30.0) as client:
+            schema = (await client.get(self.url + "/schema")).json().get("action", {})
+        texts = [name for name, prop in schema.get("properties", {}).items() if prop.get("type") == "string"]
+        if len(texts) != 1:
+            raise ConfigError(
+                f"env.action_field: the Action of {self.url} has {len(texts)} text fields "
+                f"({', '.join(texts) or 'none'}); "
+                "name the one the model's reply fills"
+            )
+        return str(texts[0])
+
+    def generate_problem(self, rng: random.Random) -> QAItem:
+        seed = rng.randrange(SEED_RANGE)
+        return QAItem(prompt=f"reset seed {seed}", answer="", metadata={"seed": seed})
+
+    def tools(self) -> list[ToolSpec]:
+        return list(self.tool_specs)
+
+    async def call_tool(self, call: FunctionCall, item: QAItem) -> str:
+        raise NotImplementedError("an OpenEnv episode's tools are called in its session (play_episode)")
+
+    def score_episode(self, episode: Episode, item: QAItem) -> float:
+        rewards = episode.rewards if isinstance(episode, OpenEnvEpisode) else []
+        return episode_score(rewards, self.config.reward, self.config.discount)
+
+    async def play(self, episodes: list[Episode], item: QAItem, temperature: float) -> list[Episode | Exception]:
+        """Each of ``episodes`` stands for one session: played from its own reset (their messages are unused)."""
+        results = await asyncio.gather(
+            *(self.play_episode(item, temperature) for _ in episodes), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result  # cancelled: the group's worker is being stopped
+        return [self._with_server_state(r) if isinstance(r, Exception) else r for r in results]  # type: ignore[misc]
+
+    def new_episode(self, item: QAItem) -> Episode:
+        return self._episode([])
+
+    def _episode(self, messages: list[ChatMessage]) -> OpenEnvEpisode:
+        system = [ChatMessage(role="system", content=self.config.system_prompt)] if self.config.system_prompt else []
+        return OpenEnvEpisode(
+            self.server, self.renderer, [*system, *messages], tools=self.tool_specs,
+            max_token_length=self.config.max_token_length, max_turns=self.config.max_turns,
+        )  # fmt: skip
+
+    async def play_episode(self, item: QAItem, temperature: float) -> OpenEnvEpisode:
+        async with OpenEnvSession(self.url) as session:
+            first = await session.reset(seed=item.metadata["seed"])
+            episode = self._episode([self.observation_message(first)])
+            while episode.can_ask and not episode.done:
+                reply = await episode.ask(max_tokens=self.config.max_turn_tokens, temperature=temperature)
+                if episode.truncated:
+                    break
+                if reply.tool_calls:
+                    results = [
+                        await session.call_tool(c.function.name, tool_arguments(c.function)) for c in reply.tool_calls
+                    ]
+                    episode.add(
+                        *(
+                            ChatMessage(role="tool", content=r, tool_call_id=c.id)
+                            for c, r in zip(reply.tool_calls, results, strict=True)
+                        )
+                    )
+                    continue
+                result = await session.step({self.action_field: reply.content or ""})
+                if result.reward is not None:
+                    episode.rewards.append(result.reward)
+                episode.done = result.done
+                if not result.done and episode.can_ask:
+                    episode.add(self.observation_message(result))
+            return episode
+
+    def observation_message(self, result: StepResult) -> ChatMessage:
+        return ChatMessage(role="user", content=observation_text(result.observation, self.config.observation_field))
+
+    def _with_server_state(self, error: Exception) -> Exception:
+        """A session error says so when the cause is the server's death (its log's tail)."""
+        if isinstance(error, SessionError) and self.server_process is not None:
+            try:
+                self.server_process.check_alive()
+            except Exception as died:
+                return died
+        return error
+
+
+def observation_text(observation: dict[str, Any], field: str | None) -> str:
+    """The user message of an observation: ``field``'s text; unnamed, its only text field, else its own fields
+    (OpenEnv's base fields left out) as JSON."""
+    own = {k: v for k, v in observation.items() if k not in BASE_OBSERVATION_FIELDS}
+    if field is not None:
+        if field not in observation:
+            raise ConfigError(
+                f"env.observation_field: the observation has no field {field!r} (it has: {', '.join(observation)})"
+            )
+        value = observation[field]
+        return value if isinstance(value, str) else json.dumps(value)
+    texts = [v for v in own.values() if isinstance(v, str)]
+    return texts[0] if len(texts) == 1 and len(own) == 1 else json.dumps(own, default=str)
+
+
+def tool_arguments(call: FunctionCall) -> dict[str, Any]:
+    """A tool call's arguments as MCP takes them; not a JSON object: an empty one, so the tool's own error says
+    what it needs (the policy reads it)."""
+    try:
+        arguments = json.loads(call.arguments)
+    except ValueError:
+        return {}
+    return arguments if isinstance(arguments, dict) else {}

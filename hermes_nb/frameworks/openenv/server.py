@@ -1,0 +1,96 @@
+"""The OpenEnv server of a run: started by the environment process in its own (the OpenEnv) Python, on loopback.
+
+``start_server(file, log)`` starts ``app_main`` on a free port, waits until ``/health`` answers and returns the
+running server; a server that exits or never answers is one ``ServerError`` naming the file, the cause and the
+log file with its last lines. ``ServerProcess.check_alive`` says the same for a server that died later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from hermes_nb.errors import HermesNBError
+
+APP_MODULE = "hermes_nb.frameworks.openenv.app_main"
+# openenv's import pulls gradio (~6 s on a quiet two-core machine); a loaded one takes several times that.
+READY_TIMEOUT_S = 120.0
+LOG_TAIL_LINES = 15
+
+
+class ServerError(HermesNBError):
+    """The OpenEnv server could not start, or it died."""
+
+
+def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.strip().splitlines()[-lines:]) or "(empty log)"
+
+
+class ServerProcess:
+    def __init__(self, file: str, process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+        self.file = file
+        self.process = process
+        self.url = url
+        self.log = log
+
+    def check_alive(self) -> None:
+        """Raise ``ServerError`` with the log's tail when the server has exited."""
+        code = self.process.poll()
+        if code is not None:
+            raise ServerError(
+                f"the OpenEnv server of {self.file} exited (code {code}); its log {self.log} ends:\n"
+                + log_tail(self.log)
+            )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def start_server(file: str, log: Path, *, timeout_s: float = READY_TIMEOUT_S) -> ServerProcess:
+    """The server of ``file``'s ``app``, answering ``/health``."""
+    port = free_port()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", APP_MODULE, file, "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(os.environ),
+        )  # fmt: skip
+    server = ServerProcess(file, process, f"http://127.0.0.1:{port}", log)
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        while time.monotonic() < deadline:
+            server.check_alive()
+            try:
+                if (await client.get(server.url + "/health")).status_code == 200:
+                    return server
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.2)
+    server.stop()
+    raise ServerError(
+        f"the OpenEnv server of {file} did not answer /health in {timeout_s:g} s; its log {log} ends:\n{log_tail(log)}"
+    )

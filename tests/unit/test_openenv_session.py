@@ -1,0 +1,112 @@
+"""The OpenEnv session client against real OpenEnv servers, started on loopback in the OpenEnv side venv.
+
+Each check runs as a child in that venv's Python (the session needs websockets, the server openenv), starting the
+server with ``hermes_nb.frameworks.openenv.server.start_server``; the child prints one JSON line of what it saw.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hermes_nb.atropos.interpreter import env_python_environment
+from tests.ci import skip_or_fail
+
+ROOT = Path(__file__).resolve().parents[2]
+OPENENV_PYTHON = ROOT / ".venvs" / "openenv" / "bin" / "python"
+EXAMPLE = ROOT / "environments" / "calculator_openenv.py"
+BROKEN = ROOT / "tests" / "fixtures" / "openenv" / "broken_openenv.py"
+
+PROLOGUE = """
+import asyncio, json, sys
+from pathlib import Path
+from hermes_nb.frameworks.openenv.server import start_server
+from hermes_nb.frameworks.openenv.session import OpenEnvSession, SessionError
+async def main(file, log):
+    server = await start_server(file, Path(log))
+    seen = {}
+    try:
+        await body(server, seen)
+    finally:
+        server.stop()
+    print(json.dumps(seen))
+"""
+
+
+def run_in_openenv(body: str, file: Path, tmp_path: Path) -> dict:
+    if not OPENENV_PYTHON.exists():
+        skip_or_fail(f"the OpenEnv side venv {OPENENV_PYTHON} (build it: sh scripts/side_env.sh openenv)")
+    source = PROLOGUE + body + "\nasyncio.run(main(sys.argv[1], sys.argv[2]))\n"
+    done = subprocess.run(
+        [str(OPENENV_PYTHON), "-c", source, str(file), str(tmp_path / "server.log")],
+        capture_output=True, text=True, timeout=240, env=env_python_environment({"PATH": "/usr/bin:/bin"}),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_an_episode_resets_calls_the_mcp_tool_and_steps_to_done(tmp_path):
+    seen = run_in_openenv(
+        """
+async def body(server, seen):
+    async with OpenEnvSession(server.url) as session:
+        first = await session.reset(seed=3)
+        seen["prompt"] = first.observation["prompt"]
+        seen["tools"] = [t.as_tool_spec().function.name for t in await session.list_tools()]
+        seen["tool"] = await session.call_tool("calculate", {"expression": "4*12"})
+        seen["unknown"] = await session.call_tool("nope", {})
+        last = await session.step({"message": "-1"})
+        seen["last"] = [last.reward, last.done]
+""",
+        EXAMPLE,
+        tmp_path,
+    )
+    assert seen["prompt"].endswith("?")
+    assert seen["tools"] == ["calculate"]
+    assert seen["tool"] == "48"
+    assert seen["unknown"].startswith("error:")
+    assert seen["last"] == [0.0, True]
+
+
+def test_sessions_are_separate_environments(tmp_path):
+    seen = run_in_openenv(
+        """
+async def body(server, seen):
+    async with OpenEnvSession(server.url) as a, OpenEnvSession(server.url) as b:
+        pa = (await a.reset(seed=1)).observation["prompt"]
+        pb = (await b.reset(seed=2)).observation["prompt"]
+        seen["differ"] = pa != pb
+        seen["a_again"] = (await a.step({"message": "x"})).done
+""",
+        EXAMPLE,
+        tmp_path,
+    )
+    assert seen == {"differ": True, "a_again": True}
+
+
+@pytest.mark.parametrize(
+    ("action", "expected"),
+    [
+        (None, "failed in reset: reset exploded on seed 13"),
+        ("nan", "the reward 'ten' is not a number"),
+        ("die", "closed the session during step"),
+    ],
+)
+def test_failures_are_one_clear_error(tmp_path, action, expected):
+    seen = run_in_openenv(
+        f"""
+async def body(server, seen):
+    try:
+        async with OpenEnvSession(server.url) as session:
+            await session.reset(seed=13 if {action!r} is None else 1)
+            await session.step({{"message": {action!r}}})
+    except Exception as exc:
+        seen["error"] = f"{{type(exc).__name__}}: {{exc}}"
+""",
+        BROKEN,
+        tmp_path,
+    )
+    assert expected in seen["error"]
