@@ -16,7 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import html
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import ipywidgets as widgets
@@ -49,8 +49,9 @@ class LivePlot:
         runs: Sequence[str | MetricsSource],
         smoothing: float = 0.0,
         interval_s: float = DEFAULT_REFRESH_INTERVAL_S,
+        colors: Mapping[str, str] | None = None,
     ) -> None:
-        self.plot = MetricsPlot(runs, smoothing=smoothing)
+        self.plot = MetricsPlot(runs, smoothing=smoothing, colors=colors)
         self.image = widgets.Image(format="png", layout=widgets.Layout(width="100%", max_width="800px"))
         self.image.add_class(PLOT_CLASS)
         self.caption = widgets.HTML()

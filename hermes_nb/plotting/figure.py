@@ -85,7 +85,7 @@ class _RunLines:
 class MetricsFigure:
     """One figure, four panels, one colour per run: ``update(series)`` then ``render_png()``."""
 
-    def __init__(self, labels: Sequence[str], smoothing: float = 0.0) -> None:
+    def __init__(self, labels: Sequence[str], smoothing: float = 0.0, colors: Mapping[str, str] | None = None) -> None:
         if not 0.0 <= smoothing < 1.0:
             raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
         self.smoothing = smoothing
@@ -112,7 +112,10 @@ class MetricsFigure:
             _pin_label(ax.xaxis, renderer)
             _pin_label(ax.yaxis, renderer)
         self._limits: list[Limits | None] = [None] * len(PANELS)
-        self._lines = {label: self._make_lines(label, index) for index, label in enumerate(labels)}
+        chosen = colors or {}
+        self._lines = {
+            label: self._make_lines(label, chosen.get(label, f"C{index % 10}")) for index, label in enumerate(labels)
+        }
         if len(labels) > 1:
             self._axes[0].legend(fontsize=8, loc="best")
         self._background = AxesBackground(self._canvas, self._axes)  # last: it draws what is fixed by now
@@ -122,8 +125,7 @@ class MetricsFigure:
         """How often the axes had to be drawn again (benchmarks and tests read it)."""
         return self._background.draws
 
-    def _make_lines(self, label: str, index: int) -> _RunLines:
-        color = f"C{index % 10}"
+    def _make_lines(self, label: str, color: str) -> _RunLines:
         raw_alpha = RAW_ALPHA_WHEN_SMOOTHED if self.smoothing > 0 else 1.0
         # animated: left out of the background draw, drawn by the blit in render_png.
         raw_marker: dict[str, Any] = {} if self.smoothing > 0 else LATEST_POINT_MARKER

@@ -7,7 +7,7 @@ idle run costs two ``stat``-sized reads and no drawing.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from hermes_nb.errors import HermesNBError
@@ -17,8 +17,11 @@ from hermes_nb.plotting.sources import MetricsSource, source_for
 
 
 class MetricsPlot:
-    def __init__(self, runs: Sequence[str | MetricsSource], smoothing: float = 0.0) -> None:
-        """``runs``: run ids, ``entity/project/run_id`` W&B paths, or ready sources; overlaid, one colour each."""
+    def __init__(
+        self, runs: Sequence[str | MetricsSource], smoothing: float = 0.0, colors: Mapping[str, str] | None = None
+    ) -> None:
+        """``runs``: run ids, ``entity/project/run_id`` W&B paths, or ready sources; overlaid, one colour each
+        (``colors``: label -> a matplotlib colour, for a caller that keeps a run's colour across plots)."""
         if not runs:
             raise HermesNBError("a metrics plot needs at least one run id (see %rl_runs) or W&B run path")
         if not 0.0 <= smoothing < 1.0:
@@ -28,7 +31,7 @@ class MetricsPlot:
         if len(set(labels)) != len(labels):
             raise HermesNBError(f"each run can be plotted once; got {labels}")
         self.series = {label: RunSeries(PLOTTED_KEYS) for label in labels}
-        self.figure = MetricsFigure(labels, smoothing)
+        self.figure = MetricsFigure(labels, smoothing, colors)
         # The refresh thread and the kernel (refresh, save) may both read and draw; figures are not thread safe.
         self._lock = threading.RLock()
         self.png = b""
