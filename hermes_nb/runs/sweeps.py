@@ -103,6 +103,8 @@ def expand(grid: Grid) -> list[dict[str, Any]]:
 
 
 def _combinations(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
+    if not grid:
+        return []  # product() of nothing is one empty variant: a sweep of the current config, surely not meant
     names, choices = [], []
     for name, values in grid.items():
         listed = list(values) if isinstance(values, (list, tuple)) else [values]
