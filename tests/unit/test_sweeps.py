@@ -39,8 +39,11 @@ def test_a_list_of_overrides_is_one_variant_each() -> None:
     assert expand([{"lr": 1}, {"lr": 2, "group_size": 4}]) == [{"lr": 1}, {"lr": 2, "group_size": 4}]
 
 
-@pytest.mark.parametrize(("grid", "message"), [({}, "no variants"), ({"lr": []}, "lr has no values"),
-                                               ([3], r"grid\[0\]: a mapping"), ("lr=1", "a mapping of field")])  # fmt: skip
+BAD_GRIDS = [({}, "no variants"), ({"lr": []}, "lr has no values"), ([3], r"grid\[0\]: a mapping"),
+             ("lr=1", "a mapping of field")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("grid", "message"), BAD_GRIDS)
 def test_a_bad_grid_is_refused_naming_what_is_wrong(grid: Any, message: str) -> None:
     with pytest.raises(InvalidValueError, match=message):
         expand(grid)
@@ -109,8 +112,8 @@ def test_the_stop_rule_stops_the_run_below_the_best_through_the_normal_stop(tmp_
     best, worse = "20250101-100000-aaaaaaaaaa", "20250101-100001-bbbbbbbbbb"
     write_rows(write_state(best).env_metrics, [eval_row(2, 0.2), eval_row(4, 0.8)])
     with group_leader() as supervisor:
-        record = processes.ProcessRecord(name="supervisor", pid=supervisor.pid,
-                                         started_at=processes.process_start_time(supervisor.pid) or time.time())  # fmt: skip
+        started = processes.process_start_time(supervisor.pid) or time.time()
+        record = processes.ProcessRecord(name="supervisor", pid=supervisor.pid, started_at=started)
         write_rows(write_state(worse, "running", processes={"supervisor": record}).env_metrics, [eval_row(4, 0.5)])
         sweep = read_sweep(SWEEP_ID)
         sweep.stop_if = StopRule(step=3, below_best_by=20)
