@@ -6,38 +6,21 @@ import asyncio
 from typing import Any
 
 import pytest
-from run_dirs import EVAL_ROWS, TRAINER_ROWS, eval_row, this_process, write_rows, write_state
+from run_dirs import MID, NEW, OLD, make_run, this_process, write_three_runs
 
 from hermes_nb import api
-from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.errors import InvalidValueError, RunStateError, UnknownRunError
-from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.runs.config_diff import value_label
 from hermes_nb.system import home
-
-OLD, MID, NEW = "20250101-100000-aaaaaaaaaa", "20250101-110000-bbbbbbbbbb", "20250101-120000-cccccccccc"
 
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def make_run(run_id: str, lr: float, group: int, created: float, **state: Any) -> RunPaths:
-    paths = write_state(run_id, created_at=created, **state)
-    config = RunConfig(env={"group_size": group, "total_steps": 4}, trainer=TrainerConfig(learning_rate=lr))
-    config = config.model_copy(update={"wandb": config.wandb.model_copy(update={"run_name": run_id})})
-    config.save(paths.config)
-    return paths
-
-
 @pytest.fixture
 def three_runs() -> None:
-    make_run(OLD, 1e-4, 8, 1.0)
-    paths = make_run(MID, 3e-4, 8, 2.0)
-    write_rows(paths.metrics, TRAINER_ROWS)
-    write_rows(paths.env_metrics, EVAL_ROWS)
-    paths = make_run(NEW, 3e-4, 16, 3.0)
-    write_rows(paths.env_metrics, [eval_row(2, 0.9)])
+    write_three_runs()
 
 
 def test_rows_name_what_differs_from_the_oldest_run(three_runs: None) -> None:

@@ -4,9 +4,15 @@ and deletion asks first."""
 from __future__ import annotations
 
 import ipywidgets as widgets
-from test_runs_table import MID, NEW, OLD, make_run, three_runs  # noqa: F401 (the fixture)
+import pytest
+from run_dirs import MID, NEW, OLD, make_run, write_three_runs
 
 from hermes_nb.notebook.runs_table import RunsTableWidget
+
+
+@pytest.fixture
+def three_runs() -> None:
+    write_three_runs()
 
 
 def test_chosen_runs_are_overlaid_labelled_by_what_differs(three_runs: None) -> None:
