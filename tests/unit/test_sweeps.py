@@ -13,11 +13,11 @@ import pytest
 from run_dirs import dead_process, eval_row, group_leader, write_rows, write_state
 
 from hermes_nb import api
-from hermes_nb.config import EnvironmentRef, RunConfig
+from hermes_nb.config import EnvironmentRef, RunConfig, TrainerConfig
 from hermes_nb.errors import HermesNBError, InvalidValueError
 from hermes_nb.protocol.sweep_state import StopRule, SweepState, Variant
 from hermes_nb.runs import launcher
-from hermes_nb.runs.sweep_commands import DRIVER_MODULE, reconciled, sweep_status
+from hermes_nb.runs.sweep_commands import DRIVER_MODULE, oversubscription, reconciled, sweep_status
 from hermes_nb.runs.sweep_driver import Driver, early_stop_reason
 from hermes_nb.runs.sweeps import driver_log, expand, parse_grid_items, read_sweep, variant_config, write_sweep
 from hermes_nb.system import home, processes
@@ -125,3 +125,12 @@ def test_the_stop_rule_stops_the_run_below_the_best_through_the_normal_stop(tmp_
     assert "50.0% at step 3 is more than 20 points below the best run's 80.0%" in str(
         read_sweep(SWEEP_ID).variants[1].early_stopped
     )
+
+
+def test_runs_at_once_that_oversubscribe_the_cores_are_warned_about_naming_them() -> None:
+    import os
+
+    config = RunConfig(trainer=TrainerConfig(torch_threads=os.cpu_count() or 1))
+    [warning] = oversubscription([config, config, config], max_concurrent=2)
+    assert f"2 runs at once use {4 * (os.cpu_count() or 1)} torch threads on {os.cpu_count()} cores" in warning
+    assert oversubscription([config, config], max_concurrent=1) == []
