@@ -71,7 +71,8 @@ def run_row(run_id: str, sweep_id: str | None) -> RunRow:
 
 def _chosen(runs: Sequence[str] | None, sweep: str | None) -> list[str]:
     if sweep is not None:
-        return [v.run_id for v in read_sweep(sweep).variants if v.run_id]
+        known = set(known_run_ids())  # a finished sweep's run may have been deleted since
+        return [v.run_id for v in read_sweep(sweep).variants if v.run_id in known]
     if runs is None:
         return known_run_ids()
     return list(dict.fromkeys(resolve_run(run_id).run_id for run_id in runs))  # unknown ids: named, with the known

@@ -22,6 +22,7 @@ from hermes_nb.protocol.sweep_state import StopRule, SweepState, Variant
 from hermes_nb.runs import graces, launcher, stop
 from hermes_nb.runs.compare import run_row
 from hermes_nb.runs.ids import new_run_id
+from hermes_nb.runs.registry import known_run_ids
 from hermes_nb.runs.sweep_driver import run_is_live
 from hermes_nb.runs.sweep_results import BestVariant, SweepStatus, VariantRow
 from hermes_nb.runs.sweeps import (
@@ -143,6 +144,9 @@ def _variant_row(sweep_id: str, variant: Variant) -> VariantRow:
         status = "not started" if variant.start_error else "pending"
         return VariantRow(index=variant.index, overrides=variant.overrides, status=status,
                           note=variant.start_error or "")  # fmt: skip
+    if variant.run_id not in known_run_ids():
+        return VariantRow(index=variant.index, overrides=variant.overrides, status="deleted",
+                          note=f"run {variant.run_id} was deleted or archived")  # fmt: skip
     row = run_row(variant.run_id, sweep_id)
     return VariantRow(index=variant.index, overrides=variant.overrides, status=row.status, run=row,
                       note=variant.early_stopped or "")  # fmt: skip

@@ -37,7 +37,8 @@ POLL_SECONDS = 0.5
 
 
 def run_is_live(run_id: str) -> bool:
-    return not current_state(run_paths(run_id))[0].is_terminal
+    paths = run_paths(run_id)
+    return paths.state.is_file() and not current_state(paths)[0].is_terminal
 
 
 def early_stop_reason(rule: StopRule, mine: float, best: float) -> str | None:

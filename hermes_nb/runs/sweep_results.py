@@ -15,7 +15,9 @@ from hermes_nb.runs.config_diff import short_name, value_label
 class VariantRow(BaseModel):
     index: int
     overrides: dict[str, Any]
-    status: str  # "pending" before its run starts, "not started" when it could not start, else its run's status
+    # "pending" before its run starts, "not started" when it could not start, "deleted" when its run was deleted
+    # or archived since, else its run's status.
+    status: str
     run: RunRow | None = None
     note: str = ""  # why it was stopped early, or why it could not start
 

@@ -134,3 +134,12 @@ def test_runs_at_once_that_oversubscribe_the_cores_are_warned_about_naming_them(
     [warning] = oversubscription([config, config, config], max_concurrent=2)
     assert f"2 runs at once use {4 * (os.cpu_count() or 1)} torch threads on {os.cpu_count()} cores" in warning
     assert oversubscription([config, config], max_concurrent=1) == []
+
+
+def test_a_deleted_run_of_a_finished_sweep_shows_as_deleted(tmp_path: Path) -> None:
+    sweep = _unstartable_sweep(tmp_path, 1)
+    sweep.variants[0].run_id = "20250101-100000-aaaaaaaaaa"
+    write_sweep(sweep.model_copy(update={"status": "completed"}))
+    status = sweep_status(SWEEP_ID)
+    assert status.variants[0].status == "deleted" and status.best is None
+    assert asyncio.run(api.rl_compare_runs(sweep=SWEEP_ID)).rows == []
