@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "BaseEnv": "hermes_nb.env",
     "BaseEnvConfig": "hermes_nb.env",
     "ScoredDataGroup": "hermes_nb.env",
+    "StopRule": "hermes_nb.protocol.sweep_state",
     "run_sync": "hermes_nb.syncio",
     # The notebook layer pulls in ipywidgets and matplotlib: imported only when one of these is used.
     "dashboard": "hermes_nb.notebook",
@@ -42,13 +43,20 @@ if TYPE_CHECKING:
     from hermes_nb.model_test.runner import rl_test_inference as rl_test_inference
     from hermes_nb.notebook.dashboard import dashboard as dashboard
     from hermes_nb.plotting import save_metrics_plot as save_metrics_plot
+    from hermes_nb.protocol.sweep_state import StopRule as StopRule
     from hermes_nb.rollouts.commands import rl_get_samples as rl_get_samples
     from hermes_nb.runs.commands import rl_check_status as rl_check_status
+    from hermes_nb.runs.commands import rl_compare_runs as rl_compare_runs
+    from hermes_nb.runs.commands import rl_delete_run as rl_delete_run
     from hermes_nb.runs.commands import rl_get_results as rl_get_results
     from hermes_nb.runs.commands import rl_list_runs as rl_list_runs
     from hermes_nb.runs.commands import rl_start_training as rl_start_training
     from hermes_nb.runs.commands import rl_stop_training as rl_stop_training
+    from hermes_nb.runs.commands import rl_tag_run as rl_tag_run
     from hermes_nb.runs.commands import rl_tail_logs as rl_tail_logs
+    from hermes_nb.runs.sweep_commands import rl_stop_sweep as rl_stop_sweep
+    from hermes_nb.runs.sweep_commands import rl_sweep as rl_sweep
+    from hermes_nb.runs.sweep_commands import rl_sweep_status as rl_sweep_status
     from hermes_nb.selection.commands import rl_edit_config as rl_edit_config
     from hermes_nb.selection.commands import rl_get_current_config as rl_get_current_config
     from hermes_nb.selection.commands import rl_list_environments as rl_list_environments

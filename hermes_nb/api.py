@@ -3,7 +3,8 @@
 Call with ``await rl_list_environments()`` in a notebook cell or any coroutine; from synchronous code use
 ``hermes_nb.run_sync(rl_list_environments())``. Each command is declared once, in the command table
 (``hermes_nb.commands``), which names the module that defines it: selection and config in
-``hermes_nb.selection.commands``, the run lifecycle in ``hermes_nb.runs.commands``, ``rl_test_inference`` in
+``hermes_nb.selection.commands``, the run lifecycle and the runs table in
+``hermes_nb.runs.commands``, sweeps in ``hermes_nb.runs.sweep_commands``, ``rl_test_inference`` in
 ``hermes_nb.model_test.runner``, ``rl_get_samples`` in ``hermes_nb.rollouts.commands``; none of those imports this
 module. ``current_run_config`` and ``current_state`` (``hermes_nb.selection.current``) read the session "now".
 The imports are written out for type checkers; ``tests/unit/test_command_table.py`` checks them against the table.
@@ -15,11 +16,17 @@ from hermes_nb import commands
 from hermes_nb.model_test.runner import rl_test_inference as rl_test_inference
 from hermes_nb.rollouts.commands import rl_get_samples as rl_get_samples
 from hermes_nb.runs.commands import rl_check_status as rl_check_status
+from hermes_nb.runs.commands import rl_compare_runs as rl_compare_runs
+from hermes_nb.runs.commands import rl_delete_run as rl_delete_run
 from hermes_nb.runs.commands import rl_get_results as rl_get_results
 from hermes_nb.runs.commands import rl_list_runs as rl_list_runs
 from hermes_nb.runs.commands import rl_start_training as rl_start_training
 from hermes_nb.runs.commands import rl_stop_training as rl_stop_training
+from hermes_nb.runs.commands import rl_tag_run as rl_tag_run
 from hermes_nb.runs.commands import rl_tail_logs as rl_tail_logs
+from hermes_nb.runs.sweep_commands import rl_stop_sweep as rl_stop_sweep
+from hermes_nb.runs.sweep_commands import rl_sweep as rl_sweep
+from hermes_nb.runs.sweep_commands import rl_sweep_status as rl_sweep_status
 from hermes_nb.selection.commands import rl_edit_config as rl_edit_config
 from hermes_nb.selection.commands import rl_get_current_config as rl_get_current_config
 from hermes_nb.selection.commands import rl_list_environments as rl_list_environments

@@ -52,6 +52,24 @@ def _names(text: str | None) -> list[str] | None:
     return None if text is None else [name.strip() for name in text.split(",") if name.strip()]
 
 
+def _grid(items: list[str]) -> dict[str, list[str]]:
+    from hermes_nb.runs.sweeps import parse_grid_items
+
+    return parse_grid_items(items)
+
+
+def _stop_rule(text: str) -> dict[str, str]:
+    """``10:15`` -> stop a run at step 10 when its held-out accuracy is more than 15 points below the best."""
+    step, sep, points = text.partition(":")
+    if not sep:
+        raise HermesNBError(f"--stop-if: STEP:POINTS (e.g. 10:15), got {text!r}")
+    return {"step": step.strip(), "below_best_by": points.strip()}
+
+
+def _words(words: list[str]) -> str:
+    return " ".join(words)
+
+
 def _models(text: str | None) -> list[str] | None:
     from hermes_nb.model_test.targets import split_models
 
@@ -153,6 +171,8 @@ RUN = Argument(
 )
 SELECTION = "hermes_nb.selection.commands"
 RUNS = "hermes_nb.runs.commands"
+SWEEPS = "hermes_nb.runs.sweep_commands"
+SWEEP = Argument("sweep_id", "sweep id (default: the newest sweep)", nargs="?", metavar="sweep")
 
 COMMANDS: tuple[Command, ...] = (
     Command(
@@ -203,7 +223,69 @@ COMMANDS: tuple[Command, ...] = (
                        front_ends=CLI_ONLY)),
         magic="rl_stop", cli="stop",
     ),
-    Command("rl_list_runs", RUNS, "Every run in this home, newest first.", magic="rl_runs", cli="runs"),
+    Command("rl_list_runs", RUNS, "Every run in this home, newest first.", cli="runs"),
+    Command(
+        "rl_compare_runs", RUNS,
+        "The runs table: status, what differs from a baseline run, best and last held-out accuracy and reward, "
+        "steps, wall time, sweep and note; sortable.",
+        (
+            Argument("runs", "run ids (default: every run)", nargs="*", metavar="RUN"),
+            Argument("baseline", "the run the differences are against (default: the oldest run shown)",
+                     flags=("--baseline",), metavar="RUN"),
+            Argument("sort_by", "created, best_eval, last_eval, best_reward, last_reward, steps, wall, run, status, "
+                     "environment, sweep or note", flags=("--sort-by",)),
+            Argument("descending", "smallest first", flags=("--ascending",), const=False),
+            Argument("sweep", "only the runs of this sweep", flags=("--sweep",), metavar="SWEEP"),
+        ),
+        cli="compare",
+    ),
+    Command(
+        "rl_tag_run", RUNS, "Set a run's note, shown in the runs table (an empty note removes it).",
+        (Argument("run_id", "run id", metavar="run"),
+         Argument("note", "the note: one line of text", nargs="*", metavar="NOTE", parse=_words)),
+        magic="rl_tag", cli="tag",
+    ),
+    Command(
+        "rl_delete_run", RUNS, "Delete (or archive) a run's directory and its logs; never a live run.",
+        (
+            Argument("run_id", "run id", metavar="run"),
+            Argument("confirm", "really delete (without it: what would go, nothing changes)", flags=("--yes",),
+                     const=True),
+            Argument("archive", "move to <home>/archive instead of deleting", flags=("--archive",), const=True),
+        ),
+        magic="rl_delete", cli="delete",
+    ),
+    Command(
+        "runs_table", "hermes_nb.notebook.runs_table",
+        "The runs table as a widget: sortable columns, checkboxes that overlay the chosen runs in a live plot "
+        "labelled by what differs, delete and archive with a confirmation.",
+        (Argument("sweep", "only the runs of this sweep", flags=("--sweep",), metavar="SWEEP"),),
+        magic="rl_runs", export=False, tool=False,
+    ),
+    Command(
+        "rl_sweep", SWEEPS,
+        "Run a grid of config overrides as normal runs, one after another (or N at a time), by a detached driver "
+        "that outlives the kernel.",
+        (
+            Argument("grid", "e.g. trainer.learning_rate=1e-4,3e-4 env.group_size=8,16", nargs="+",
+                     metavar="FIELD=V1,V2", parse=_grid),
+            Argument("max_concurrent", "runs at once", flags=("--max-concurrent",), type=int),
+            Argument("stop_if", "stop a run whose held-out accuracy at STEP is more than POINTS below the best's",
+                     flags=("--stop-if",), metavar="STEP:POINTS", parse=_stop_rule),
+            Argument("name", "a name for the sweep", flags=("--name",)),
+        ),
+        magic="rl_sweep", cli="sweep",
+    ),
+    Command(
+        "rl_sweep_status", SWEEPS, "A sweep's progress: each variant's run and accuracy, and the best variant.",
+        (SWEEP,), magic="rl_sweep_status", cli="sweep-status",
+    ),
+    Command(
+        "rl_stop_sweep", SWEEPS, "Stop a sweep: its live runs stop gracefully and no more variants start.",
+        (SWEEP, Argument("wait", "ask the sweep to stop and return at once", flags=("--no-wait",), const=False,
+                         front_ends=CLI_ONLY)),
+        magic="rl_stop_sweep", cli="stop-sweep",
+    ),
     Command(
         "rl_tail_logs", RUNS, "The last lines of one process's log.",
         (

@@ -19,7 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import html
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import ipywidgets as widgets
@@ -56,8 +56,9 @@ class LivePlot:
         smoothing: float = 0.0,
         interval_s: float = DEFAULT_REFRESH_INTERVAL_S,
         panels: Sequence[str] | None = None,
+        colors: Mapping[str, str] | None = None,
     ) -> None:
-        self.plot = MetricsPlot(runs, smoothing=smoothing, panels=panels)
+        self.plot = MetricsPlot(runs, smoothing=smoothing, panels=panels, colors=colors)
         self.panels = list(panels or DEFAULT_PANELS)
         self.image = widgets.Image(format="png", layout=widgets.Layout(width="100%", max_width="800px"))
         self.image.add_class(PLOT_CLASS)

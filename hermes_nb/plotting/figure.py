@@ -88,9 +88,16 @@ class PanelLines:
 class MetricsFigure:
     """One figure, four panels, one colour per run: ``update(series)`` then ``render_png()``.
 
-    ``panels``: four names of ``panels.PANEL_CHOICES`` (default ``panels.DEFAULT_PANELS``)."""
+    ``panels``: four names of ``panels.PANEL_CHOICES`` (default ``panels.DEFAULT_PANELS``); ``colors``: label ->
+    a matplotlib colour, for a caller that keeps a run's colour across plots (default: the colour cycle)."""
 
-    def __init__(self, labels: Sequence[str], smoothing: float = 0.0, panels: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        labels: Sequence[str],
+        smoothing: float = 0.0,
+        panels: Sequence[str] | None = None,
+        colors: Mapping[str, str] | None = None,
+    ) -> None:
         if not 0.0 <= smoothing < 1.0:
             raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
         self.smoothing = smoothing
@@ -120,7 +127,10 @@ class MetricsFigure:
             _pin_label(ax.yaxis, renderer)
         self._limits: list[Limits | None] = [None] * PANEL_COUNT
         self._unfitted = [True] * PANEL_COUNT  # value axes not fitted to data yet
-        self.lines = {label: self._make_lines(label, index) for index, label in enumerate(labels)}
+        chosen = colors or {}
+        self.lines = {
+            label: self._make_lines(label, chosen.get(label, f"C{index % 10}")) for index, label in enumerate(labels)
+        }
         # Said in a panel none of whose keys any run has logged yet; drawn over the lines, so made after them.
         self._no_data = [_no_data_text(ax) for ax in self._axes]
         if len(labels) > 1:
@@ -141,8 +151,7 @@ class MetricsFigure:
             return self.smoothing
         return PANEL_SMOOTHING if self.panels[index].smoothed else 0.0
 
-    def _make_lines(self, label: str, run_index: int) -> list[PanelLines]:
-        color = f"C{run_index % 10}"
+    def _make_lines(self, label: str, color: str) -> list[PanelLines]:
         made = []
         for index, ax in enumerate(self._axes):
             smoothed = self._smoothing_of(index) > 0

@@ -7,7 +7,7 @@ idle run costs two ``stat``-sized reads and no drawing.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from hermes_nb.errors import HermesNBError
@@ -19,9 +19,14 @@ from hermes_nb.plotting.sources import MetricsSource, source_for
 
 class MetricsPlot:
     def __init__(
-        self, runs: Sequence[str | MetricsSource], smoothing: float = 0.0, panels: Sequence[str] | None = None
+        self,
+        runs: Sequence[str | MetricsSource],
+        smoothing: float = 0.0,
+        panels: Sequence[str] | None = None,
+        colors: Mapping[str, str] | None = None,
     ) -> None:
-        """``runs``: run ids, ``entity/project/run_id`` W&B paths, or ready sources; overlaid, one colour each.
+        """``runs``: run ids, ``entity/project/run_id`` W&B paths, or ready sources; overlaid, one colour each
+        (``colors``: label -> a matplotlib colour, for a caller that keeps a run's colour across plots).
         ``panels``: four names of ``PANEL_CHOICES`` (default: reward, eval, length, kl)."""
         if not runs:
             raise HermesNBError("a metrics plot needs at least one run id (see %rl_runs) or W&B run path")
@@ -33,7 +38,7 @@ class MetricsPlot:
             raise HermesNBError(f"each run can be plotted once; got {labels}")
         self.series = {label: RunSeries(PLOTTED_KEYS) for label in labels}
         self.smoothing = smoothing
-        self.figure = MetricsFigure(labels, smoothing, panels)
+        self.figure = MetricsFigure(labels, smoothing, panels, colors)
         # The refresh thread and the kernel (refresh, save) may both read and draw; figures are not thread safe.
         self._lock = threading.RLock()
         self.png = b""

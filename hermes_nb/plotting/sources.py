@@ -42,8 +42,10 @@ class MetricsSource(Protocol):
 class RunFilesSource:
     """A local run: ``metrics.jsonl`` and ``env_metrics.jsonl`` read from the byte where the last poll stopped."""
 
-    def __init__(self, run_id: str) -> None:
-        self.label = run_id
+    def __init__(self, run_id: str, label: str | None = None) -> None:
+        """``label``: the legend's name for the run (the runs table passes what differs, ``lr=3e-4``); its id else."""
+        self.run_id = run_id
+        self.label = label or run_id
         self.run_dir = home.run_dir(run_id)
         if not self.run_dir.is_dir():
             raise UnknownRunError(f"run {run_id!r} not found in {home.runs_dir()} (see %rl_runs)")
@@ -57,7 +59,7 @@ class RunFilesSource:
         if not (self.run_dir / RUN_STATE_FILE).is_file():
             return False  # not written yet: the run is still starting
         # A run.json that cannot be read is shown from the run's other files (hermes_nb.runs.damage).
-        return read_state(run_paths(self.label))[0].is_terminal
+        return read_state(run_paths(self.run_id))[0].is_terminal
 
     def poll(self) -> list[MetricsRow]:
         earlier, self._earlier = self._earlier, {}
@@ -74,13 +76,13 @@ class RunFilesSource:
         """Once the run has ended, log (once) what is wrong with its files: the plot shows what could be read."""
         if self.damaged is not None or not (self.run_dir / RUN_STATE_FILE).is_file():
             return
-        paths = run_paths(self.label)
+        paths = run_paths(self.run_id)
         state, damaged = read_state(paths)
         if not state.is_terminal:
             return
         self.damaged = damaged + file_damage(paths, ended=True)
         for damage in self.damaged:
-            logger.warning("run %s: damaged: %s", self.label, damage)
+            logger.warning("run %s: damaged: %s", self.run_id, damage)
 
 
 def without_keys(row: MetricsRow, keys: frozenset[str]) -> MetricsRow:

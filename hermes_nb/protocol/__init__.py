@@ -8,6 +8,7 @@ once, one module per protocol. Nothing here knows the machine (no home, no OS): 
 - ``checkpoints``: one line of ``checkpoints.jsonl`` (a saved checkpoint) and the one reader of that file.
 - ``recorded_batches``: ``trajectories.jsonl.gz``, the batches a run trained on.
 - ``run_state``: ``run.json``, a run's status and processes.
+- ``sweep_state``: ``sweep.json``, a sweep's variants, their runs, its stop rule and its driver.
 - ``run_files``: the names of a run's files (the run directory and its logs) and ``RunPaths``.
 - ``tinker``: the Tinker side of a run (``tinker.json``, checkpoints' ``tinker://`` paths).
 - ``auth``: the per-run secret's check; ``redaction``: how a secret is hidden.

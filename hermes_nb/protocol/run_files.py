@@ -6,6 +6,8 @@ Where ``<home>`` is, ``hermes_nb.system.home`` decides (this module takes it as 
     <home>/session.json                 the selected environment and config (kernels, scripts and the CLI)
     <home>/inference_tests/<time>/      the files of one rl_test_inference
     <home>/logs/<process>_<run_id>.log
+    <home>/sweeps/<sweep_id>/sweep.json  a sweep: its variants, their runs and its driver (``hermes_nb.runs.sweeps``)
+    <home>/archive/                     archived runs (``runs/``) and their logs (``logs/``), laid out as above
     <home>/runs/<run_id>/
         secret                          the run's secret, mode 0600 (``hermes_nb.protocol.auth``)
         run.json                        the run's state (``hermes_nb.protocol.run_state``), written by the supervisor
@@ -19,6 +21,7 @@ Where ``<home>`` is, ``hermes_nb.system.home`` decides (this module takes it as 
         .disk_reserve                   room freed when the disk is full, while the run is live
         tinker.json                     the Tinker backend's remote side: server, model, tokens, retries
         tinker_weights/                 a Tinker run's final weights, once downloaded
+        note.txt                        the user's note on the run (``rl_tag_run``), shown by the runs table
 """
 
 from __future__ import annotations
@@ -32,6 +35,12 @@ SESSION_FILE = "session.json"
 RUNS_DIR = "runs"
 LOGS_DIR = "logs"
 INFERENCE_TESTS_DIR = "inference_tests"
+SWEEPS_DIR = "sweeps"
+SWEEP_FILE = "sweep.json"
+# The config each variant of a sweep runs with (its index in the sweep), beside sweep.json.
+SWEEP_VARIANT_CONFIG = "variant_{index}.yaml"
+# Where rl_delete_run(..., archive=True) moves a run directory and its logs (same layout, under this folder).
+ARCHIVE_DIR = "archive"
 
 RUN_STATE_FILE = "run.json"
 CONFIG_FILE = "config.yaml"
@@ -56,16 +65,24 @@ TINKER_FILE = "tinker.json"
 TINKER_CHECKPOINT_FILE = "tinker_checkpoint.json"
 # Where rl_get_results(..., download=True) puts a Tinker run's final weights (``from_pretrained``-loadable).
 TINKER_WEIGHTS_DIR = "tinker_weights"
+# The user's note on a run (rl_tag_run): one line of text, written by the kernel, never by the run's processes.
+RUN_NOTE_FILE = "note.txt"
 
-# The processes the supervisor starts, in start order; the supervisor itself logs too.
+# The processes the supervisor starts, in start order; the supervisor itself logs too. "sweep" is a sweep's
+# driver (``hermes_nb.runs.sweep_driver``), recorded in its sweep.json, not in any run's.
 ChildProcessName = Literal["api", "trainer", "env"]
-ProcessName = Literal["supervisor", ChildProcessName]
+ProcessName = Literal["supervisor", "sweep", ChildProcessName]
 PROCESS_NAMES: tuple[str, ...] = get_args(ChildProcessName)
 LOGGED_PROCESSES: tuple[str, ...] = (*PROCESS_NAMES, "supervisor")
 
 
 def log_file_name(process: str, run_id: str) -> str:
     return f"{process}_{run_id}.log"
+
+
+def sweep_log_file_name(sweep_id: str) -> str:
+    """The sweep driver's log, beside the runs' logs in ``<home>/logs``."""
+    return log_file_name("sweep", sweep_id)
 
 
 class RunPaths(BaseModel):

@@ -7,11 +7,13 @@ loop (and the widgets refreshing on it) is never blocked by a stop that waits fo
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from hermes_nb.config import InfraConfig, RunConfig
 from hermes_nb.errors import NoEnvironmentSelectedError
-from hermes_nb.runs import history, launcher, status, stop, transfer
+from hermes_nb.runs import compare, history, launcher, notes, removal, status, stop, transfer
+from hermes_nb.runs.compare_results import RemovalResult, RunsTable, TagResult
 from hermes_nb.runs.registry import resolve_run
 from hermes_nb.runs.results import LogTail, RunList, RunResults, RunStatus, StartResult, StopResult
 from hermes_nb.selection import editing, session
@@ -96,3 +98,30 @@ async def rl_get_results(run_id: str | None = None, download: bool = False) -> R
 async def rl_tail_logs(run_id: str | None = None, process: str = "trainer", lines: int = 50) -> LogTail:
     """The last ``lines`` lines of a run's ``api``, ``trainer``, ``env`` or ``supervisor`` log."""
     return await asyncio.to_thread(history.tail_logs, run_id, process, lines)
+
+
+async def rl_compare_runs(
+    runs: Sequence[str] | None = None,
+    baseline: str | None = None,
+    sort_by: str = "created",
+    descending: bool | None = None,
+    sweep: str | None = None,
+) -> RunsTable:
+    """The runs table: one row per run (default: every run; ``sweep=``: that sweep's) with its status, what differs
+    in its config from ``baseline`` (default: the oldest run shown), best and last held-out accuracy and reward,
+    steps, wall time, sweep and note. ``sort_by``: ``created``, ``best_eval``, ``last_eval``, ``best_reward``,
+    ``last_reward``, ``steps``, ``wall``, ``run``, ``status``, ``environment``, ``sweep`` or ``note`` (best and
+    newest first unless ``descending`` says otherwise). Each row's ``label`` names what varies: ``lr=3e-4, group=8``."""
+    return await asyncio.to_thread(compare.compare_runs, runs, baseline, sort_by, descending, sweep)
+
+
+async def rl_tag_run(run_id: str, note: str) -> TagResult:
+    """Set a run's note (one line, shown in the runs table); an empty note removes it."""
+    run, text = await asyncio.to_thread(notes.tag_run, run_id, note)
+    return TagResult(run_id=run, note=text)
+
+
+async def rl_delete_run(run_id: str, confirm: bool = False, archive: bool = False) -> RemovalResult:
+    """Delete a run's directory and its logs (``archive=True``: move them to ``<home>/archive``). Never a live run.
+    Without ``confirm=True`` nothing changes: the answer lists what would go."""
+    return await asyncio.to_thread(removal.remove_run, run_id, confirm=confirm, archive=archive)

@@ -28,7 +28,7 @@ from hermes_nb.system.home import run_paths
 from hermes_nb.system.processes import spawn_group
 from hermes_nb.trainer.backend import model_dir_for
 
-# The intermediate launcher process forks the supervisor and exits; it never takes long.
+# The intermediate launcher process forks the supervisor (or a sweep's driver) and exits; it never takes long.
 SUPERVISOR_DETACH_TIMEOUT = 30.0
 
 
@@ -152,20 +152,19 @@ def initial_state(config: RunConfig, run_id: str) -> RunState:
 
 
 def spawn_supervisor(paths: RunPaths) -> None:
-    log_path = paths.logs["supervisor"]
-    # Not tied to this process's life: the supervisor detaches (forks again) and outlives the kernel that started it.
-    proc = spawn_group(
-        [sys.executable, "-m", "hermes_nb.runs.supervisor", "--detach", paths.run_id], log_path, die_with_parent=False
-    )
+    spawn_detached("supervisor", "hermes_nb.runs.supervisor", paths.run_id, paths.logs["supervisor"])
+
+
+def spawn_detached(what: str, module: str, key: str, log_path: Path) -> None:
+    """``python -m MODULE --detach KEY``, which forks again and outlives the process that asked (the kernel)."""
+    proc = spawn_group([sys.executable, "-m", module, "--detach", key], log_path, die_with_parent=False)
     try:
         code = proc.wait(timeout=SUPERVISOR_DETACH_TIMEOUT)
     except subprocess.TimeoutExpired:
         proc.kill()
-        raise LaunchError(
-            f"supervisor did not detach within {SUPERVISOR_DETACH_TIMEOUT:.0f} s (log: {log_path})"
-        ) from None
+        raise LaunchError(f"{what} did not detach within {SUPERVISOR_DETACH_TIMEOUT:.0f} s (log: {log_path})") from None
     if code != 0:
-        raise LaunchError(f"supervisor failed to start ({code}); log: {log_path}")
+        raise LaunchError(f"{what} failed to start ({code}); log: {log_path}")
 
 
 def start_run(config: RunConfig) -> tuple[RunConfig, RunState, RunPaths]:

@@ -10,7 +10,6 @@ stop the run gracefully (the trainer saves a final checkpoint first).
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -463,16 +462,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def detach_and_run(run_id: str) -> int:
     """Double fork so the supervisor is nobody's child: a closing kernel neither waits for it nor reaps it."""
-    if os.fork() > 0:
-        return 0
-    os.setsid()
-    if os.fork() > 0:
-        os._exit(0)
-    try:
-        code = main([run_id])
-    finally:
-        logging.shutdown()
-    os._exit(code)
+    return processes.run_detached(lambda: main([run_id]))
 
 
 if __name__ == "__main__":

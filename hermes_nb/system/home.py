@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hermes_nb.protocol.run_files import LOGS_DIR, RUNS_DIR, RunPaths
+from hermes_nb.protocol.run_files import ARCHIVE_DIR, LOGS_DIR, RUNS_DIR, SWEEPS_DIR, RunPaths
 
 HOME_ENV_VAR = "HERMES_NB_HOME"
 ENV_PATH_VAR = "HERMES_NB_ENV_PATH"
@@ -37,6 +37,14 @@ def runs_dir() -> Path:
 
 def logs_dir() -> Path:
     return home_dir() / LOGS_DIR
+
+
+def sweeps_dir() -> Path:
+    return home_dir() / SWEEPS_DIR
+
+
+def archive_dir() -> Path:
+    return home_dir() / ARCHIVE_DIR
 
 
 def run_dir(run_id: str) -> Path:

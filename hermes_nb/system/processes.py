@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import subprocess
@@ -250,3 +251,19 @@ def send_signal(record: ProcessRecord, sig: int) -> bool:
         return True
     except ProcessLookupError:
         return False
+
+
+def run_detached(main: Callable[[], int]) -> int:
+    """Double fork, then ``main()`` in the grandchild, which is nobody's child: a closing kernel neither waits for
+    it nor reaps it (a run's supervisor, a sweep's driver). The caller's process returns 0 at once."""
+    if os.fork() > 0:
+        return 0
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    code = 1
+    try:
+        code = main()
+    finally:
+        logging.shutdown()
+        os._exit(code)

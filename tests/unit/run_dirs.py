@@ -12,9 +12,11 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psutil
 
+from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_files import ProcessName, RunPaths
@@ -118,3 +120,26 @@ def group_leader() -> Iterator[subprocess.Popen[bytes]]:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+# Three runs the runs table compares: lr 1e-4 / 3e-4 / 3e-4, group 8 / 8 / 16, created in that order.
+OLD, MID, NEW = "20250101-100000-aaaaaaaaaa", "20250101-110000-bbbbbbbbbb", "20250101-120000-cccccccccc"
+
+
+def make_run(run_id: str, lr: float, group: int, created: float, **state: Any) -> RunPaths:
+    """A run whose config.yaml has these settings (the W&B run name per run, as the launcher names it)."""
+    paths = write_state(run_id, created_at=created, **state)  # type: ignore[arg-type]
+    config = RunConfig(env={"group_size": group, "total_steps": 4}, trainer=TrainerConfig(learning_rate=lr))
+    config = config.model_copy(update={"wandb": config.wandb.model_copy(update={"run_name": run_id})})
+    config.save(paths.config)
+    return paths
+
+
+def write_three_runs() -> None:
+    """OLD without metrics, MID with the 4-step rows, NEW with one evaluation at 90%."""
+    make_run(OLD, 1e-4, 8, 1.0)
+    paths = make_run(MID, 3e-4, 8, 2.0)
+    write_rows(paths.metrics, TRAINER_ROWS)
+    write_rows(paths.env_metrics, EVAL_ROWS)
+    paths = make_run(NEW, 3e-4, 16, 3.0)
+    write_rows(paths.env_metrics, [eval_row(2, 0.9)])

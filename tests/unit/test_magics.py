@@ -244,4 +244,4 @@ def test_rl_logs_without_options_shows_what_rl_tail_logs_shows(ip: InteractiveSh
 
 def test_extra_arguments_to_a_no_argument_magic_are_refused(ip: InteractiveShell) -> None:
     with pytest.raises(UsageError, match="takes no arguments"):
-        line(ip, "rl_runs everything")
+        line(ip, "rl_config everything")

@@ -1,0 +1,262 @@
+"""``rl_sweep``, ``rl_sweep_status`` and ``rl_stop_sweep``: a grid of config overrides run as normal runs by a
+detached driver (``runs/sweep_driver.py``), so the sweep outlives the kernel that asked for it.
+
+Every variant is checked before anything starts (its overrides on the current config, as ``rl_edit_config``
+checks them, then what a start checks): one bad value refuses the whole sweep, naming the variant and the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from hermes_nb.config import RunConfig
+from hermes_nb.errors import HermesNBError, InvalidValueError, NoEnvironmentSelectedError, RunStateError
+from hermes_nb.protocol.sweep_state import StopRule, SweepState, Variant
+from hermes_nb.runs import graces, launcher, stop
+from hermes_nb.runs.compare import run_row
+from hermes_nb.runs.ids import new_run_id
+from hermes_nb.runs.registry import known_run_ids
+from hermes_nb.runs.sweep_driver import run_is_live
+from hermes_nb.runs.sweep_results import BestVariant, SweepStatus, VariantRow
+from hermes_nb.runs.sweeps import (
+    Grid,
+    driver_log,
+    expand,
+    known_sweep_ids,
+    read_sweep,
+    sweep_dir,
+    variant_config,
+    write_sweep,
+)
+from hermes_nb.selection import editing, session
+from hermes_nb.selection.session import SessionState
+from hermes_nb.system import processes, secrets
+from hermes_nb.system.home import run_paths
+
+DRIVER_MODULE = "hermes_nb.runs.sweep_driver"
+# The driver records itself within a second of being forked; a sweep without a driver after this never got one.
+DRIVER_START_SECONDS = 30.0
+
+
+def _stop_rule(stop_if: StopRule | Mapping[str, Any] | None) -> StopRule | None:
+    if stop_if is None or isinstance(stop_if, StopRule):
+        return stop_if
+    try:
+        return StopRule.model_validate(dict(stop_if))
+    except (ValidationError, TypeError, ValueError) as exc:
+        detail = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
+        where = ".".join(str(p) for p in detail["loc"])
+        raise InvalidValueError(
+            f"stop_if{'.' + where if where else ''}: {detail['msg']} (e.g. StopRule(step=10, below_best_by=15))"
+        ) from None
+
+
+def variant_configs(state: SessionState, overrides: list[dict[str, Any]]) -> list[RunConfig]:
+    """Each variant's whole config, checked as a start would check it; the first refusal names its variant."""
+    configs = []
+    for index, edits in enumerate(overrides):
+        try:
+            config = editing.apply_edits(state, edits)[0].config
+            launcher.validate_for_start(config)
+        except HermesNBError as exc:
+            raise type(exc)(f"variant {index} ({_shown(edits)}): {exc}") from None
+        configs.append(config)
+    return configs
+
+
+def _shown(edits: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name}={value}" for name, value in edits.items())
+
+
+def _threads_per_run(config: RunConfig) -> int:
+    from hermes_nb.trainer.main import default_torch_threads
+
+    # The trainer runs two torch workloads side by side (the step and the sampler), each this many threads wide.
+    return 2 * (config.trainer.torch_threads or default_torch_threads())
+
+
+def oversubscription(configs: list[RunConfig], max_concurrent: int) -> list[str]:
+    """A warning when ``max_concurrent`` runs' torch threads are more than this machine's cores."""
+    cores = os.cpu_count() or 1
+    at_once = min(max_concurrent, len(configs))
+    threads = at_once * max((_threads_per_run(c) for c in configs), default=1)
+    if at_once <= 1 or threads <= cores:
+        return []
+    return [
+        f"max_concurrent={max_concurrent}: {at_once} runs at once use {threads} torch threads on {cores} cores "
+        f"(os.cpu_count()); each run will be slower (set trainer.torch_threads, or run fewer at once)"
+    ]
+
+
+def create_sweep(
+    state: SessionState, grid: Grid, max_concurrent: int, stop_if: StopRule | None, name: str | None
+) -> tuple[SweepState, list[str]]:
+    if state.config.environment is None:
+        raise NoEnvironmentSelectedError(f"no environment selected: {editing.SELECT_FIRST}")
+    if not isinstance(max_concurrent, int) or max_concurrent < 1:
+        raise InvalidValueError(f"max_concurrent: a whole number of runs at once, at least 1; got {max_concurrent!r}")
+    overrides = expand(grid)
+    configs = variant_configs(state, overrides)
+    sweep_id = new_run_id()
+    secrets.private_home()
+    secrets.private_dir(sweep_dir(sweep_id))
+    for index, config in enumerate(configs):
+        launcher.save_redacted(config, variant_config(sweep_id, index))
+    sweep = SweepState(
+        sweep_id=sweep_id,
+        name=name or sweep_id,
+        environment=state.config.environment.name,
+        max_concurrent=max_concurrent,
+        stop_if=stop_if,
+        variants=[Variant(index=i, overrides=edits) for i, edits in enumerate(overrides)],
+    )
+    write_sweep(sweep)
+    launcher.spawn_detached("sweep driver", DRIVER_MODULE, sweep_id, driver_log(sweep_id))
+    return sweep, oversubscription(configs, max_concurrent)
+
+
+def reconciled(sweep: SweepState) -> SweepState:
+    """The sweep, marked failed first when it looks live but its driver is gone (killed, or never started)."""
+    if sweep.is_terminal:
+        return sweep
+    driver = sweep.driver
+    if driver is None and time.time() - sweep.created_at < DRIVER_START_SECONDS:
+        return sweep
+    if driver is not None and processes.is_same_process_alive(driver):
+        return sweep
+    gone = f"its driver (pid {driver.pid}) is gone" if driver else "its driver never started"
+    failed = sweep.model_copy(
+        update={"status": "failed", "ended_at": time.time(), "error": f"{gone}; log: {driver_log(sweep.sweep_id)}"}
+    )
+    write_sweep(failed)  # the driver is gone, so this reader is the only writer
+    return failed
+
+
+def _variant_row(sweep_id: str, variant: Variant) -> VariantRow:
+    if variant.run_id is None:
+        status = "not started" if variant.start_error else "pending"
+        return VariantRow(index=variant.index, overrides=variant.overrides, status=status,
+                          note=variant.start_error or "")  # fmt: skip
+    if variant.run_id not in known_run_ids():
+        return VariantRow(index=variant.index, overrides=variant.overrides, status="deleted",
+                          note=f"run {variant.run_id} was deleted or archived")  # fmt: skip
+    row = run_row(variant.run_id, sweep_id)
+    return VariantRow(index=variant.index, overrides=variant.overrides, status=row.status, run=row,
+                      note=variant.early_stopped or "")  # fmt: skip
+
+
+def best_variant(rows: list[VariantRow]) -> BestVariant | None:
+    """The variant with the best held-out accuracy (then reward); early-stopped ones count with what they had."""
+    ran = [r for r in rows if r.run is not None]
+    if not ran:
+        return None
+
+    def score(row: VariantRow) -> tuple[float, float]:
+        assert row.run is not None
+        accuracy, reward = row.run.best_eval_accuracy, row.run.best_reward
+        return (-1.0 if accuracy is None else accuracy, float("-inf") if reward is None else reward)
+
+    top = max(ran, key=score)
+    assert top.run is not None
+    if top.run.best_eval_accuracy is None and top.run.best_reward is None:
+        return None
+    return BestVariant(
+        index=top.index,
+        run_id=top.run.run_id,
+        overrides=top.overrides,
+        best_eval_accuracy=top.run.best_eval_accuracy,
+        best_reward=top.run.best_reward,
+        config_path=str(run_paths(top.run.run_id).config),
+    )
+
+
+def sweep_status(sweep_id: str | None, warnings: list[str] | None = None) -> SweepStatus:
+    if sweep_id is None:
+        ids = known_sweep_ids()
+        if not ids:
+            raise HermesNBError("no sweeps yet: start one with rl_sweep({'trainer.learning_rate': [1e-4, 3e-4]})")
+        sweep_id = ids[0]
+    sweep = reconciled(read_sweep(sweep_id))
+    rows = [_variant_row(sweep.sweep_id, v) for v in sweep.variants]
+    done = sum(1 for r in rows if r.status not in ("pending", "starting", "running", "stopping"))
+    return SweepStatus(
+        sweep_id=sweep.sweep_id,
+        name=sweep.name,
+        environment=sweep.environment,
+        status=sweep.status,
+        max_concurrent=sweep.max_concurrent,
+        stop_if=sweep.stop_if,
+        variants=rows,
+        done=done,
+        best=best_variant(rows),
+        sweep_dir=str(sweep_dir(sweep.sweep_id)),
+        log_path=str(driver_log(sweep.sweep_id)),
+        error=sweep.error,
+        warnings=warnings or [],
+    )
+
+
+def stop_sweep(sweep_id: str | None, wait: bool = True) -> SweepStatus:
+    """Ask the driver to stop (SIGTERM): it stops the live runs through the normal stop and starts no more. A
+    sweep whose driver is gone has its live runs stopped here."""
+    status = sweep_status(sweep_id)
+    sweep = read_sweep(status.sweep_id)
+    if sweep.is_terminal:
+        for variant in sweep.variants:
+            if variant.run_id and run_is_live(variant.run_id):
+                stop.stop_run(variant.run_id, wait=wait)
+        return sweep_status(sweep.sweep_id)
+    deadline = time.monotonic() + DRIVER_START_SECONDS
+    while sweep.driver is None and time.monotonic() < deadline:  # just started: the driver is recording itself
+        time.sleep(0.1)
+        sweep = read_sweep(sweep.sweep_id)
+    if sweep.driver is not None:
+        processes.send_signal(sweep.driver, signal.SIGTERM)
+    if not wait:
+        return sweep_status(sweep.sweep_id)
+    timeout = graces.stop_wait_seconds() + DRIVER_START_SECONDS
+    processes.wait_while(lambda: not reconciled(read_sweep(sweep.sweep_id)).is_terminal, timeout, poll_seconds=0.2)
+    if not read_sweep(sweep.sweep_id).is_terminal:
+        raise RunStateError(
+            f"sweep {sweep.sweep_id} did not stop within {timeout:.0f} s; see {driver_log(sweep.sweep_id)}"
+        )
+    return sweep_status(sweep.sweep_id)
+
+
+async def rl_sweep(
+    grid: Grid,
+    max_concurrent: int = 1,
+    stop_if: StopRule | Mapping[str, Any] | None = None,
+    name: str | None = None,
+) -> SweepStatus:
+    """Run the selected environment once per variant of ``grid``, each a normal run of the current config with
+    the variant's overrides, ``max_concurrent`` at a time, by a detached driver (the sweep survives the kernel).
+
+    ``grid``: ``{"trainer.learning_rate": [1e-4, 3e-4], "env.group_size": [8, 16]}`` (every combination) or a list
+    of overrides (``[{"trainer.learning_rate": 1e-4}, ...]``), with ``rl_edit_config``'s names. Every variant is
+    checked before any run starts. ``stop_if=StopRule(step=10, below_best_by=15)`` stops a run whose held-out
+    accuracy at step 10 is more than 15 points below the best run's there. ``rl_sweep_status`` follows it and
+    names the best variant, whose ``config_path`` ``rl_load_config`` takes.
+    """
+    rule = _stop_rule(stop_if)
+    state = session.load()
+    sweep, warnings = await asyncio.to_thread(create_sweep, state, grid, max_concurrent, rule, name)
+    return await asyncio.to_thread(sweep_status, sweep.sweep_id, warnings)
+
+
+async def rl_sweep_status(sweep_id: str | None = None) -> SweepStatus:
+    """Progress of a sweep (the newest when ``sweep_id`` is None): each variant's run, status and accuracy, and the
+    best variant so far with its config."""
+    return await asyncio.to_thread(sweep_status, sweep_id)
+
+
+async def rl_stop_sweep(sweep_id: str | None = None, wait: bool = True) -> SweepStatus:
+    """Stop a sweep: its live runs stop gracefully (final checkpoints), and no more variants start."""
+    return await asyncio.to_thread(stop_sweep, sweep_id, wait)
