@@ -12,9 +12,14 @@ import pytest
 import torch
 
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer import local_backend
+from hermes_nb.trainer import local_backend, losses
 from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.losses import kl_estimate, policy_loss_sum, truncated_importance_weight
+from hermes_nb.trainer.losses import (
+    kl_estimate,
+    policy_loss_sum,
+    token_logprobs_and_entropy,
+    truncated_importance_weight,
+)
 from hermes_nb.trainer.types import AdamParams, Datum, LossConfig
 
 torch.set_num_threads(1)
@@ -45,6 +50,19 @@ def test_truncated_importance_weight_is_capped_and_detached() -> None:
     weight = truncated_importance_weight(old, sampling, cap=2.0)
     torch.testing.assert_close(weight, torch.tensor([1.0, float(torch.exp(torch.tensor(0.5))), 2.0]))
     assert not weight.requires_grad
+
+
+def test_entropy_is_the_policys_at_trained_positions_in_any_slicing(monkeypatch: pytest.MonkeyPatch) -> None:
+    generator = torch.Generator().manual_seed(1)
+    logits = torch.randn(3, 5, 7, generator=generator) * 3
+    targets = torch.randint(0, 7, (3, 5), generator=generator)
+    weights = (torch.rand(3, 5, generator=generator) > 0.4).float()
+    expected = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1) * (weights > 0)
+    logp, entropy = token_logprobs_and_entropy(logits, targets, weights)
+    torch.testing.assert_close(entropy, expected)
+    torch.testing.assert_close(logp, torch.log_softmax(logits, -1).gather(-1, targets[..., None])[..., 0])
+    monkeypatch.setattr(losses, "ENTROPY_CHUNK_ELEMENTS", 14)  # two positions per slice
+    torch.testing.assert_close(token_logprobs_and_entropy(logits, targets, weights)[1], expected)
 
 
 def _tensors() -> dict[str, torch.Tensor]:
