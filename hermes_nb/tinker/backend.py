@@ -144,6 +144,12 @@ class TinkerBackend:
         output = self.calls.wait("forward", lambda: self.training.forward(data=batch, loss_fn="cross_entropy"))
         return tinker_datums.returned_logprobs(output)
 
+    def reference_forward(self, data: list[Datum]) -> list[list[float]]:
+        raise TinkerError(
+            "trainer.beta: the Tinker backend has no reference policy to score against here; set beta: 0 or "
+            "trainer.backend: local"
+        )
+
     def forward_backward(
         self, data: list[Datum], loss_fn: str, loss_fn_config: LossConfig | None = None
     ) -> ForwardBackwardOutput:

@@ -29,9 +29,16 @@ class TrainingBackend(Protocol):
         """Logprob of each target token under the current weights (no gradient), one list per datum."""
         ...
 
+    def reference_forward(self, data: list[Datum]) -> list[list[float]]:
+        """Logprob of each target token under the frozen reference policy of the KL penalty (no gradient), one
+        list per datum: what ``Datum.reference_logprobs_T`` carries into ``forward_backward``."""
+        ...
+
     def forward_backward(
         self, data: list[Datum], loss_fn: str, loss_fn_config: LossConfig | None = None
-    ) -> ForwardBackwardOutput: ...
+    ) -> ForwardBackwardOutput:
+        """Add the gradient of the batch's loss (``hermes_nb.trainer.losses``); its value and diagnostics."""
+        ...
 
     def optim_step(self, adam: AdamParams) -> OptimStepOutput: ...
 

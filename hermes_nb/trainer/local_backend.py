@@ -12,6 +12,11 @@ dtype (half the memory); peft keeps its adapters float32. Logprobs and losses ar
 are upcast before the log-softmax). float16 gradients are loss-scaled (``torch.amp.GradScaler``); bfloat16 has
 float32's range and needs none. Checkpoints are float32 whatever the compute dtype (LoRA adapters merged in
 float32), and the sampler gets the weights in the compute dtype.
+
+The reference policy of the KL penalty (``reference_forward``): a LoRA run's base with its adapters switched off
+(peft's ``disable_adapter``), no second copy of the weights; a full fine-tune's starting weights (or
+``reference_weights``), loaded from disk in the compute dtype on the first call, so a run without a KL penalty
+never holds them and a resumed run still compares against the weights it started from.
 """
 
 from __future__ import annotations
@@ -30,7 +35,14 @@ from hermes_nb.inference.fast_forward import supports as lean_forward_supports
 from hermes_nb.inference.sampler import stepper_for
 from hermes_nb.protocol.run_files import TRAINER_STATE_FILE
 from hermes_nb.system.devices import Hardware, resolve_hardware
-from hermes_nb.trainer.losses import LossSums, policy_loss_sum, token_logprobs
+from hermes_nb.trainer.losses import (
+    LossStats,
+    LossSums,
+    loss_normaliser,
+    policy_loss_sum,
+    token_logprobs,
+    token_logprobs_and_entropy,
+)
 from hermes_nb.trainer.packing import PackedBatch, can_pack, pack
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
 
@@ -120,7 +132,9 @@ def enable_checkpointing(model: Any) -> None:
 class LocalBackend:
     """``model_dir`` gives the architecture and tokenizer; ``init_weights`` (a ``from_pretrained`` directory of
     the same architecture, e.g. another run's checkpoint) replaces its weights before any adapter is added.
-    ``device`` and ``dtype`` are ``trainer.device`` / ``trainer.dtype`` settings (``auto`` included)."""
+    ``device`` and ``dtype`` are ``trainer.device`` / ``trainer.dtype`` settings (``auto`` included).
+    ``reference_weights``: the frozen reference of the KL penalty (a ``from_pretrained`` directory of the same
+    architecture); None: the weights the run starts from."""
 
     def __init__(
         self,
@@ -133,6 +147,7 @@ class LocalBackend:
         device: str = "auto",
         dtype: str = "auto",
         gradient_checkpointing: bool = False,
+        reference_weights: Path | None = None,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -142,6 +157,9 @@ class LocalBackend:
         self._tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.lora_rank = lora_rank
         self.gradient_checkpointing = gradient_checkpointing
+        self._init_weights = Path(init_weights) if init_weights is not None else None
+        self._reference_weights = Path(reference_weights) if reference_weights is not None else None
+        self._reference_model: Any = None  # loaded by the first reference_forward that needs a copy
         self.model: Any = self._load_model(init_weights)
         # Shared prompts and repeated completions computed once (exact; hermes_nb.trainer.packing). The packed
         # pass carries a KV cache from one forward call into the next: under gradient checkpointing only the lean
@@ -191,54 +209,108 @@ class LocalBackend:
     def _on_device(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.to(self.hardware.device)
 
-    def _logprobs(self, batch: list[Datum]) -> torch.Tensor:
-        """``[B, T]`` float32 logprobs of each datum's targets (the logits are upcast before the log-softmax)."""
+    def _logits(self, model: Any, batch: list[Datum]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits of ``model`` over each datum's inputs, and the targets, both right-padded."""
         inputs_BT = self._on_device(pad_right([d.input_tokens_T for d in batch], self.pad_id))
         targets_BT = self._on_device(pad_right([d.target_tokens_T for d in batch], self.pad_id))
         with self.hardware.autocast():
-            logits_BTV = self.model(input_ids=inputs_BT, use_cache=False).logits
-        return token_logprobs(logits_BTV, targets_BT)
+            logits_BTV = model(input_ids=inputs_BT, use_cache=False).logits
+        return logits_BTV, targets_BT
 
-    def forward(self, data: list[Datum]) -> list[list[float]]:
+    def _logprobs(self, batch: list[Datum]) -> torch.Tensor:
+        """``[B, T]`` float32 logprobs of each datum's targets (the logits are upcast before the log-softmax)."""
+        return token_logprobs(*self._logits(self.model, batch))
+
+    def _forward_with(self, model: Any, data: list[Datum]) -> list[list[float]]:
         out: list[list[float]] = []
         with torch.no_grad():
             for batch in self._micro_batches(data):
-                logp_BT = self._logprobs(batch).cpu()  # one transfer from the device, not one per row
+                logp_BT = token_logprobs(*self._logits(model, batch)).cpu()  # one transfer, not one per row
                 out += [logp_BT[i, : len(d.input_tokens_T)].tolist() for i, d in enumerate(batch)]
         return out
 
-    def _packed_logprobs(self, packed: PackedBatch) -> torch.Tensor:
-        """Logprobs of each row's continuation targets: contexts once into a KV cache, then the continuations
-        on top of it, with gradients through both passes (``hermes_nb.trainer.packing``)."""
+    def forward(self, data: list[Datum]) -> list[list[float]]:
+        return self._forward_with(self.model, data)
+
+    def reference_forward(self, data: list[Datum]) -> list[list[float]]:
+        """Logprobs of each datum's targets under the frozen reference policy (see the module doc), no gradient."""
+        if self.lora_rank > 0 and self._reference_weights is None:
+            with self.model.disable_adapter():
+                return self._forward_with(self.model, data)
+        return self._forward_with(self._reference(), data)
+
+    def _reference(self) -> Any:
+        if self._reference_model is None:
+            from transformers import AutoModelForCausalLM
+
+            # float32 first, then cast: from_pretrained(dtype=...) would also round the RoPE buffers (cast_weights).
+            source = self._reference_weights or self._model_dir
+            model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
+            if self._reference_weights is None and self._init_weights is not None:
+                load_weights_into(model, self._init_weights)
+            model = cast_weights(model, self.hardware.dtype).to(self.hardware.device)
+            model.eval()
+            model.requires_grad_(False)
+            self._reference_model = model
+            logger.info("reference policy loaded from %s", self._reference_weights or self._init_weights or source)
+        return self._reference_model
+
+    def _packed_logprobs(self, packed: PackedBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logprobs of each row's continuation targets, and the entropy where they are trained: contexts once into
+        a KV cache, then the continuations on top of it, with gradients through both passes
+        (``hermes_nb.trainer.packing``)."""
         with self.hardware.autocast():
             stepper = stepper_for(self.model)  # built now: it fuses this step's weights
             stepper.prefill(packed.context_ids_PC, packed.context_mask_PC, packed.context_positions_PC)
             stepper.select(packed.row_context_R)
             logits_RSV = stepper.extend(packed.ids_RS, packed.continuation_mask_RCS, packed.positions_RS)
-        return token_logprobs(logits_RSV, packed.targets_RS)
+        return token_logprobs_and_entropy(logits_RSV, packed.targets_RS, packed.weights_RS)
+
+    def _optional_rows(self, batch: list[Datum], field: str) -> torch.Tensor | None:
+        """An optional logprob field of every datum, right-padded on the device; None when no datum has it."""
+        rows = [getattr(d, field) for d in batch]
+        if all(r is None for r in rows):
+            return None
+        if any(r is None for r in rows):
+            raise ValueError(f"{field}: some datums of the batch have it and some do not")
+        return self._on_device(pad_float(rows))
 
     def _loss_sums(self, batch: list[Datum], loss_fn: str, config: LossConfig | None) -> LossSums:
         if self.pack_batches and can_pack(batch):
             packed = pack(batch, self.pad_id)
             packed = dataclasses.replace(
-                packed, **{f.name: self._on_device(getattr(packed, f.name)) for f in dataclasses.fields(packed)}
+                packed,
+                **{
+                    f.name: self._on_device(value)
+                    for f in dataclasses.fields(packed)
+                    if (value := getattr(packed, f.name)) is not None
+                },
             )
+            logprobs_RS, entropy_RS = self._packed_logprobs(packed)
             return policy_loss_sum(
                 loss_fn,
-                self._packed_logprobs(packed),
+                logprobs_RS,
                 packed.sampling_logprobs_RS,
                 packed.advantages_RS,
                 packed.weights_RS,
                 config,
                 packed.counts_R,
+                old_logprobs_BT=packed.old_logprobs_RS,
+                reference_logprobs_BT=packed.reference_logprobs_RS,
+                entropy_BT=entropy_RS,
             )
+        weights_BT = self._on_device(pad_float([d.weights_T for d in batch]))
+        logprobs_BT, entropy_BT = token_logprobs_and_entropy(*self._logits(self.model, batch), weights_BT)
         return policy_loss_sum(
             loss_fn,
-            self._logprobs(batch),
+            logprobs_BT,
             self._on_device(pad_float([d.sampling_logprobs_T for d in batch])),
             self._on_device(pad_float([d.advantages_T for d in batch])),
-            self._on_device(pad_float([d.weights_T for d in batch])),
+            weights_BT,
             config,
+            old_logprobs_BT=self._optional_rows(batch, "old_logprobs_T"),
+            reference_logprobs_BT=self._optional_rows(batch, "reference_logprobs_T"),
+            entropy_BT=entropy_BT,
         )
 
     def forward_backward(
@@ -247,19 +319,18 @@ class LocalBackend:
         total = sum(d.num_trained_tokens for d in data)
         if total == 0:
             return ForwardBackwardOutput(loss=0.0, num_trained_tokens=0)
-        loss = ratio = clipped = log_ratio = 0.0
+        config = loss_fn_config or LossConfig()
+        # Every datum is a sequence of the batch (grpo and dr_grpo count them; see hermes_nb.trainer.losses).
+        normaliser = loss_normaliser(config, total, len(data))
+        loss = 0.0
+        stats = LossStats()
         for batch in self._micro_batches(data):
-            sums = self._loss_sums(batch, loss_fn, loss_fn_config)
-            # Divide by the whole batch's token count so micro-batches add up to the token-mean.
-            self._scaler.scale(sums.loss / total).backward()
+            sums = self._loss_sums(batch, loss_fn, config)
+            # Divide by the whole batch's normaliser so micro-batches add up to the batch's loss.
+            self._scaler.scale(sums.loss / normaliser).backward()
             loss += float(sums.loss.detach())
-            ratio, clipped, log_ratio = ratio + sums.ratio, clipped + sums.clipped, log_ratio + sums.log_ratio
-        metrics = {
-            "ratio_mean": ratio / total,
-            "clip_fraction": clipped / total,
-            "kl_sample_current": -log_ratio / total,
-        }
-        return ForwardBackwardOutput(loss=loss / total, num_trained_tokens=total, metrics=metrics)
+            stats = stats + sums.stats
+        return ForwardBackwardOutput(loss=loss / normaliser, num_trained_tokens=total, metrics=stats.metrics(config))
 
     def _trainable(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]

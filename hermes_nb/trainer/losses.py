@@ -1,20 +1,49 @@
-"""Policy-gradient losses by the names the Tinker service uses.
+"""Policy-gradient losses: Tinker's objectives by name, aggregated and regularised as TRL's ``GRPOTrainer`` does.
 
-Both are applied token-wise, on the positions a datum trains on (``weights_T > 0``), with
-``ratio = exp(logp_current - logp_sampling)`` (current policy over the policy that sampled the token):
+Every term is per token, on the positions a datum trains on (``weights_T > 0``), with the importance ratio
+``ratio = exp(logp_current - logp_old)``. ``logp_old`` is the sampling policy's logprob (``sampling_logprobs_T``),
+or the trainer's own before the step (``old_logprobs_T``) when the sampler/trainer mismatch is corrected (below).
 
-- ``importance_sampling``: ``-(ratio * A)``. Its gradient is the REINFORCE gradient corrected for the sampling
-  policy being a step (or a temperature) away from the current one.
-- ``ppo``: ``-min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)``.
+Objectives (``loss_fn``; ``A`` the advantage):
 
-Aggregation differs from Tinker on purpose: Tinker sums over tokens, we take the token-mean over the trained
-tokens of the whole batch, so the learning rate does not scale with batch size or completion length. The
-functions here return *sums*; the caller divides by the batch's trained-token count, which keeps micro-batched
-gradient accumulation exact.
+- ``importance_sampling``: ``-(ratio * A)``, the REINFORCE gradient corrected for the sampling policy being a
+  step (or a temperature) away from the current one (Tinker's).
+- ``ppo``: ``-min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon_high) * A)``: PPO's clipped surrogate as GRPO
+  uses it (DeepSeekMath); ``epsilon_high > epsilon`` is DAPO's clip-higher.
+- ``cispo``: ``-(min(ratio, epsilon_high).detach() * A * logp_current)`` (MiniMax-M1): the importance weight is
+  capped and carries no gradient, so no token's gradient is clipped away. TRL's form; Tinker's ``cispo`` clips
+  the weight on both sides to ``[1 - eps_low, 1 + eps_high]``.
+
+Modifiers (``LossConfig``):
+
+- ``importance_sampling_level: sequence`` (GSPO): the ratio is ``exp`` of the sequence's mean log-ratio over its
+  trained tokens, shared by all of them.
+- ``importance_sampling_cap`` (truncated importance sampling, Yao et al. 2025; TRL's
+  ``vllm_importance_sampling_mode: token_truncate``): each token's loss is weighted by
+  ``min(exp(old - sampling), cap)``, detached, and the ratio's denominator becomes ``old_logprobs_T``.
+- ``beta > 0``: ``beta * KL`` is added per token (after the weight above, as TRL does), with Schulman's estimators
+  of ``KL(current || reference)`` on the sampled token: ``k1 = logp - ref``, ``k2 = (logp - ref)^2 / 2``,
+  ``k3 = exp(ref - logp) - (ref - logp) - 1`` (non-negative; GRPO's and TRL's only one).
+
+Aggregation (``loss_type``, TRL's names): ``dapo`` and ``bnpo`` divide the sum over every trained token of the
+batch by the number of those tokens (one local batch per step, so they coincide; DAPO's token-mean, and the
+default: the learning rate does not scale with batch size or completion length); ``grpo`` takes each sequence's
+token-mean, then the mean over sequences (DeepSeekMath; long completions get less weight per token); ``dr_grpo``
+divides the sum by ``sequences x max_completion_length`` (Dr. GRPO: a constant, so no length bias). Tinker sums
+over tokens instead (its service fixes the aggregation). Every sequence of the batch counts in ``grpo`` and
+``dr_grpo``, including one whose tokens are all masked (as TRL's ``B``).
+
+``policy_loss_sum`` returns *sums* over a (micro-)batch: the caller divides them once, by
+``loss_normaliser`` of the whole batch, which keeps micro-batched gradient accumulation and a packed batch (one
+row standing for ``counts_B`` identical sequences) exact. The diagnostics are TRL's: the clip fractions low
+(``ratio < 1 - epsilon`` and ``A < 0``) and high (``ratio > 1 + epsilon_high`` and ``A > 0``; cispo:
+``ratio > epsilon_high``), over tokens (over sequences at sequence level), the mean KL to the reference, and the
+policy's mean entropy at the trained positions.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from hermes_nb.trainer.types import LossConfig
@@ -22,17 +51,104 @@ from hermes_nb.trainer.types import LossConfig
 if TYPE_CHECKING:
     import torch
 
-LOSS_NAMES = ("importance_sampling", "ppo")
+LOSS_NAMES = ("importance_sampling", "ppo", "cispo")
+# The entropy metric is computed in slices of this many logits (16 MB of float32).
+ENTROPY_CHUNK_ELEMENTS = 1 << 22
 
 
+@dataclass
+class LossStats:
+    """Sums over the trained tokens of a (micro-)batch, counted with multiplicity; ``+`` adds micro-batches."""
+
+    tokens: float = 0.0
+    sequences: float = 0.0
+    ratio: float = 0.0
+    # Sum of log(current / sampling): the sampling policy's distance from the current one.
+    log_ratio: float = 0.0
+    clipped_low: float = 0.0
+    clipped_high: float = 0.0
+    # What the clip fractions are over: tokens, or sequences at sequence level (TRL's).
+    clip_units: float = 0.0
+    kl: float = 0.0
+    entropy: float = 0.0
+
+    def __add__(self, other: LossStats) -> LossStats:
+        return LossStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    def metrics(self, config: LossConfig) -> dict[str, float]:
+        """Means by the names ``protocol.metrics.train_key`` maps (``kl`` -> ``train/kl``); ``kl`` only with beta."""
+        tokens, units = max(self.tokens, 1.0), max(self.clip_units, 1.0)
+        values = {
+            "ratio_mean": self.ratio / tokens,
+            "clip_fraction": (self.clipped_low + self.clipped_high) / units,
+            "clip_fraction_low": self.clipped_low / units,
+            "clip_fraction_high": self.clipped_high / units,
+            "kl_sample_current": -self.log_ratio / tokens,
+            "entropy": self.entropy / tokens,
+        }
+        if config.beta > 0:
+            values["kl"] = self.kl / tokens
+        return values
+
+
+@dataclass
 class LossSums:
-    """Sums over trained tokens: the loss and the diagnostics, each to be divided by the token count."""
+    """The loss summed over a (micro-)batch, to be divided by ``loss_normaliser`` of the whole batch."""
 
-    def __init__(self, loss: torch.Tensor, ratio: float, clipped: float, log_ratio: float) -> None:
-        self.loss = loss
-        self.ratio = ratio
-        self.clipped = clipped
-        self.log_ratio = log_ratio
+    loss: torch.Tensor
+    stats: LossStats
+
+    # The names the Tinker route reads (hermes_nb.tinker.datums): sums over trained tokens.
+    @property
+    def ratio(self) -> float:
+        return self.stats.ratio
+
+    @property
+    def clipped(self) -> float:
+        return self.stats.clipped_low + self.stats.clipped_high
+
+    @property
+    def log_ratio(self) -> float:
+        return self.stats.log_ratio
+
+
+def loss_normaliser(config: LossConfig | None, tokens: float, sequences: float) -> float:
+    """What the whole batch's summed loss is divided by under ``config.loss_type`` (see the module doc)."""
+    config = config or LossConfig()
+    if config.loss_type == "grpo":
+        return max(sequences, 1.0)
+    if config.loss_type == "dr_grpo":
+        return max(sequences, 1.0) * config.max_completion_length
+    return max(tokens, 1.0)
+
+
+def kl_estimate(logprobs_BT: torch.Tensor, reference_logprobs_BT: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Schulman's per-token estimators of KL(current || reference) from the sampled tokens' logprobs."""
+    import torch
+
+    log_ref_over_current = reference_logprobs_BT - logprobs_BT
+    if estimator == "k1":
+        return -log_ref_over_current
+    if estimator == "k2":
+        return log_ref_over_current**2 / 2
+    if estimator == "k3":
+        return torch.exp(log_ref_over_current) - log_ref_over_current - 1
+    raise ValueError(f"kl_estimator: {estimator!r} is not one of k1, k2, k3")
+
+
+def truncated_importance_weight(
+    old_logprobs_BT: torch.Tensor, sampling_logprobs_BT: torch.Tensor, cap: float
+) -> torch.Tensor:
+    """``min(p_trainer / p_sampler, cap)`` per token, detached: the sampler/trainer mismatch correction."""
+    import torch
+
+    return torch.clamp(torch.exp(old_logprobs_BT - sampling_logprobs_BT), max=cap).detach()
+
+
+def _needed(tensor: torch.Tensor | None, field: str, why: str) -> torch.Tensor:
+    if tensor is None:
+        raise ValueError(f"{field}: the batch has none, and {why} needs it")
+    return tensor
 
 
 def policy_loss_sum(
@@ -43,41 +159,120 @@ def policy_loss_sum(
     weights_BT: torch.Tensor,
     config: LossConfig | None = None,
     counts_B: torch.Tensor | None = None,
+    *,
+    old_logprobs_BT: torch.Tensor | None = None,
+    reference_logprobs_BT: torch.Tensor | None = None,
+    entropy_BT: torch.Tensor | None = None,
 ) -> LossSums:
-    """The summed loss of ``loss_fn`` over positions with ``weights_BT > 0`` (all tensors ``[B, T]``).
-    ``counts_B`` says how many identical sequences each row stands for (a packed batch); default one each."""
+    """The summed loss of ``loss_fn`` over positions with ``weights_BT > 0`` (all tensors ``[B, T]``), and its
+    diagnostics. ``counts_B`` says how many identical sequences each row stands for (a packed batch); default one
+    each. ``old_logprobs_BT`` is read when ``config.importance_sampling_cap`` is set, ``reference_logprobs_BT``
+    when ``config.beta > 0``; ``entropy_BT`` (the policy's entropy per position, no grad) only feeds its metric."""
     import torch
 
     if loss_fn not in LOSS_NAMES:
         raise ValueError(f"loss_fn: {loss_fn!r} is not one of {', '.join(LOSS_NAMES)}")
     config = config or LossConfig()
     trained = weights_BT > 0
-    multiplicity_BT = trained.to(logprobs_BT.dtype)
+    dtype = logprobs_BT.dtype
+    counts = counts_B if counts_B is not None else torch.ones(logprobs_BT.shape[0], dtype=dtype, device=trained.device)
+    multiplicity_BT = trained.to(dtype)
     if counts_B is not None:
         multiplicity_BT = multiplicity_BT * counts_B[:, None]
-    # Untrained positions carry placeholder sampling logprobs (1.0 on the wire); zero the difference there so
-    # exp() never sees garbage and no gradient flows through them.
-    log_ratio = torch.where(trained, logprobs_BT - sampling_logprobs_BT, torch.zeros_like(logprobs_BT))
+    zeros = torch.zeros_like(logprobs_BT)
+    # Untrained positions carry placeholder logprobs (1.0 on the wire); zero every difference there so exp()
+    # never sees garbage and no gradient flows through them.
+    sample_log_ratio = torch.where(trained, logprobs_BT - sampling_logprobs_BT, zeros)
+    cap = config.importance_sampling_cap
+    if cap is None:
+        log_ratio = sample_log_ratio
+    else:
+        log_ratio = torch.where(
+            trained, logprobs_BT - _needed(old_logprobs_BT, "old_logprobs_T", "importance_sampling_cap"), zeros
+        )
+    tokens_B = trained.sum(-1).clamp(min=1).to(dtype)
+    if config.importance_sampling_level == "sequence":
+        log_ratio = (log_ratio.sum(-1) / tokens_B)[:, None].expand_as(log_ratio)
     ratio = torch.exp(log_ratio)
-    surrogate = ratio * advantages_BT
-    clipped_fraction = torch.zeros((), dtype=logprobs_BT.dtype)
-    if loss_fn == "ppo":
-        clipped_ratio = torch.clamp(ratio, 1.0 - config.clip_epsilon_low, 1.0 + config.clip_epsilon_high)
-        clipped = clipped_ratio * advantages_BT
-        surrogate = torch.minimum(surrogate, clipped)
-        clipped_fraction = ((clipped < ratio * advantages_BT).to(logprobs_BT.dtype) * multiplicity_BT).sum()
-    per_token = -surrogate * weights_BT
-    if counts_B is not None:
-        per_token = per_token * counts_B[:, None]
+
+    if loss_fn == "cispo":
+        surrogate = torch.clamp(ratio, max=config.clip_epsilon_high).detach() * advantages_BT * logprobs_BT
+        low = torch.zeros_like(trained)
+        high = (ratio > config.clip_epsilon_high) & (advantages_BT > 0)
+    else:
+        surrogate = ratio * advantages_BT
+        low = high = torch.zeros_like(trained)
+        if loss_fn == "ppo":
+            clipped_ratio = torch.clamp(ratio, 1.0 - config.clip_epsilon_low, 1.0 + config.clip_epsilon_high)
+            surrogate = torch.minimum(surrogate, clipped_ratio * advantages_BT)
+            low = (ratio < 1.0 - config.clip_epsilon_low) & (advantages_BT < 0)
+            high = (ratio > 1.0 + config.clip_epsilon_high) & (advantages_BT > 0)
+    per_token = -surrogate
+    if cap is not None:
+        old = torch.where(trained, _needed(old_logprobs_BT, "old_logprobs_T", "importance_sampling_cap"), zeros)
+        per_token = per_token * truncated_importance_weight(old, torch.where(trained, sampling_logprobs_BT, zeros), cap)
+    kl: torch.Tensor | None = None
+    if config.beta > 0:
+        reference = _needed(reference_logprobs_BT, "reference_logprobs_T", "beta > 0 (the KL penalty)")
+        kl = kl_estimate(logprobs_BT, torch.where(trained, reference, logprobs_BT.detach()), config.kl_estimator)
+        per_token = per_token + config.beta * kl
+    per_token = per_token * weights_BT
+
+    if config.loss_type == "grpo":
+        loss = ((per_token.sum(-1) / tokens_B) * counts).sum()
+    else:
+        if counts_B is not None:
+            per_token = per_token * counts_B[:, None]
+        loss = per_token.sum()
+
     with torch.no_grad():
-        ratio_sum = float((ratio * multiplicity_BT).sum())
-        log_ratio_sum = float((log_ratio * multiplicity_BT).sum())
-    return LossSums(per_token.sum(), ratio_sum, float(clipped_fraction), log_ratio_sum)
+        if config.importance_sampling_level == "sequence":
+            # TRL counts a sequence-level clip once per sequence (its ratio is one per sequence).
+            clipped_low = float((((low & trained).sum(-1) / tokens_B) * counts).sum())
+            clipped_high = float((((high & trained).sum(-1) / tokens_B) * counts).sum())
+            clip_units = float(counts.sum())
+        else:
+            clipped_low = float((low.to(dtype) * multiplicity_BT).sum())
+            clipped_high = float((high.to(dtype) * multiplicity_BT).sum())
+            clip_units = float(multiplicity_BT.sum())
+        stats = LossStats(
+            tokens=float(multiplicity_BT.sum()),
+            sequences=float(counts.sum()),
+            ratio=float((ratio * multiplicity_BT).sum()),
+            log_ratio=float((sample_log_ratio * multiplicity_BT).sum()),
+            clipped_low=clipped_low,
+            clipped_high=clipped_high,
+            clip_units=clip_units,
+            kl=float((kl * multiplicity_BT).sum()) if kl is not None else 0.0,
+            entropy=float((entropy_BT * multiplicity_BT).sum()) if entropy_BT is not None else 0.0,
+        )
+    return LossSums(loss, stats)
 
 
 def token_logprobs(logits_BTV: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
     """Logprob of each target token under ``logits`` (float32 log-softmax for accuracy): ``[B, T]``."""
+    return token_logprobs_and_entropy(logits_BTV, targets_BT)[0]
+
+
+def token_logprobs_and_entropy(
+    logits_BTV: torch.Tensor, targets_BT: torch.Tensor, weights_BT: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``token_logprobs``, and with ``weights_BT`` the policy's entropy at the positions it trains on (``[B, T]``,
+    zero elsewhere, no gradient): from the log-softmax already computed, over only those positions."""
     import torch
 
     logp_BTV = torch.log_softmax(logits_BTV.float(), dim=-1)
-    return logp_BTV.gather(-1, targets_BT.unsqueeze(-1)).squeeze(-1)
+    logp_BT = logp_BTV.gather(-1, targets_BT.unsqueeze(-1)).squeeze(-1)
+    if weights_BT is None:
+        return logp_BT, None
+    with torch.no_grad():
+        vocab = logp_BTV.shape[-1]
+        flat_NV = logp_BTV.reshape(-1, vocab)
+        trained_N = (weights_BT > 0).reshape(-1).nonzero().squeeze(-1)
+        entropy_N = torch.zeros(flat_NV.shape[0], dtype=logp_BT.dtype, device=logp_BT.device)
+        # In slices of ENTROPY_CHUNK_ELEMENTS: one [N, V] temporary per operation cost 3x the time at a large
+        # vocabulary (allocation and memory traffic); slices stay in cache.
+        for rows in trained_N.split(max(1, ENTROPY_CHUNK_ELEMENTS // vocab)):
+            logp_RV = flat_NV[rows]
+            entropy_N[rows] = -(logp_RV.exp() * logp_RV).sum(-1)
+    return logp_BT, entropy_N.reshape(logp_BT.shape)

@@ -4,8 +4,8 @@ A GRPO batch is highly redundant: the ``group_size`` sequences of a group share 
 often samples the same completion several times. On a CPU the forward/backward pass is compute-bound, so the
 trainer pays for every repeated token. ``pack`` removes both repetitions, exactly:
 
-- **identical datums** (same tokens, weights, sampling logprobs and advantages) contribute identical loss terms,
-  so one row with a multiplicity ``count`` gives the same loss and gradient;
+- **identical datums** (same tokens, weights, advantages and logprobs: sampling, old, reference) contribute
+  identical loss terms, so one row with a multiplicity ``count`` gives the same loss and gradient;
 - **shared context**: each datum is split at its first trained position into a *context* (the prompt, never
   trained on) and a *continuation*. Distinct contexts run once, left-padded, with a KV cache; every row's
   continuation then runs on top of its context's cache. Causal attention makes this the same computation as
@@ -41,6 +41,9 @@ class PackedBatch:
     sampling_logprobs_RS: torch.Tensor
     advantages_RS: torch.Tensor
     counts_R: torch.Tensor  # how many identical datums each row stands for
+    # The trainer's own and the reference policy's logprobs, when the batch carries them (Datum's optional fields).
+    old_logprobs_RS: torch.Tensor | None = None
+    reference_logprobs_RS: torch.Tensor | None = None
 
     @property
     def continuation_mask_RCS(self) -> torch.Tensor:
@@ -70,6 +73,8 @@ def deduplicate(data: list[Datum]) -> tuple[list[Datum], list[int]]:
             tuple(datum.weights_T),
             tuple(datum.sampling_logprobs_T),
             tuple(datum.advantages_T),
+            tuple(datum.old_logprobs_T or ()),
+            tuple(datum.reference_logprobs_T or ()),
         )
         counts[key] = counts.get(key, 0) + 1
         first.setdefault(key, datum)
@@ -83,6 +88,16 @@ def _right_padded(rows: list[list[float]], pad: float, dtype: torch.dtype) -> to
 
 def _tails(distinct: list[Datum], splits: list[int], field: str) -> list[list[float]]:
     return [list(getattr(d, field)[k:]) for d, k in zip(distinct, splits, strict=True)]
+
+
+def _optional_tails(distinct: list[Datum], splits: list[int], field: str) -> torch.Tensor | None:
+    """The right-padded tails of an optional logprob field; None when no datum has it."""
+    present = [getattr(d, field) is not None for d in distinct]
+    if not any(present):
+        return None
+    if not all(present):
+        raise ValueError(f"{field}: some datums of the batch have it and some do not")
+    return _right_padded(_tails(distinct, splits, field), 0.0, torch.float32)
 
 
 def pack(data: list[Datum], pad_id: int) -> PackedBatch:
@@ -107,4 +122,6 @@ def pack(data: list[Datum], pad_id: int) -> PackedBatch:
         sampling_logprobs_RS=_right_padded(_tails(distinct, splits, "sampling_logprobs_T"), 0.0, torch.float32),
         advantages_RS=_right_padded(_tails(distinct, splits, "advantages_T"), 0.0, torch.float32),
         counts_R=torch.tensor(counts, dtype=torch.float32),
+        old_logprobs_RS=_optional_tails(distinct, splits, "old_logprobs_T"),
+        reference_logprobs_RS=_optional_tails(distinct, splits, "reference_logprobs_T"),
     )

@@ -75,7 +75,8 @@ class LossConfig(BaseModel):
 
 
 class ForwardBackwardOutput(BaseModel):
-    """The loss over the whole batch (token-mean over trained tokens) and diagnostics (``ratio_mean``, ...)."""
+    """The loss over the whole batch (aggregated by ``LossConfig.loss_type``) and diagnostics (``ratio_mean``,
+    ``clip_fraction_low``, ``entropy``, ``kl``, ...: ``hermes_nb.trainer.losses.LossStats.metrics``)."""
 
     loss: float
     num_trained_tokens: int
