@@ -9,6 +9,7 @@ local run never imports the Tinker SDK.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hermes_nb.config import RunConfig
@@ -17,7 +18,8 @@ from hermes_nb.trainer.backend import BackendParts, TrainingBackend, initial_wei
 
 def make_backend(config: RunConfig) -> TrainingBackend:
     """The backend named by ``trainer.backend``: the architecture of ``trainer.base_model``, with the weights of
-    ``initial_weights(config)`` when set (weights only: the optimizer starts fresh)."""
+    ``initial_weights(config)`` when set (weights only: the optimizer starts fresh), and the KL penalty's reference
+    ``infra.reference_weights`` (``hermes_nb.runs.transfer``)."""
     trainer = config.trainer
     if trainer.backend == "tinker":
         from hermes_nb.tinker.backend import TinkerBackend
@@ -33,6 +35,7 @@ def make_backend(config: RunConfig) -> TrainingBackend:
         device=trainer.device,
         dtype=trainer.dtype,
         gradient_checkpointing=trainer.gradient_checkpointing,
+        reference_weights=Path(config.infra.reference_weights) if config.infra.reference_weights else None,
     )
 
 

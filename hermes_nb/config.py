@@ -346,11 +346,13 @@ class InfraConfig(BaseModel):
     tokenizer_name: str | None = None
     # Resolved from trainer.resume_from / pretrained_model_path / replay_from by the launcher (hermes_nb.runs.transfer)
     # so that the trainer never has to interpret run ids: a checkpoint to resume (weights + optimizer + step), the
-    # step it continues after, initial weights only (transfer), and the trajectories file to replay.
+    # step it continues after, initial weights only (transfer), the trajectories file to replay, and the reference.
     resume_checkpoint: str | None = None
     start_step: int = 0
     init_weights: str | None = None
     replay_trajectories: str | None = None
+    # trainer.reference_model resolved: the model directory of the KL penalty's reference (None: the starting weights).
+    reference_weights: str | None = None
     # The Python that runs the environment when its framework's is not hermes-nb's own (an atroposlib one:
     # HERMES_NB_ENV_PYTHON), as checked at start (hermes_nb.frameworks).
     env_python: str | None = None

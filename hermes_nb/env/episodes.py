@@ -141,7 +141,11 @@ class Episode:
     def trained_sequence(self) -> TrainedSequence:
         """This episode as a member of a scored group (``BaseEnv.scored_group``)."""
         return TrainedSequence(
-            tokens_T=self.tokens, masks_T=self.masks, logprobs_T=self.logprobs, test_only=self.test_only
+            tokens_T=self.tokens,
+            masks_T=self.masks,
+            logprobs_T=self.logprobs,
+            test_only=self.test_only,
+            truncated=self.truncated,
         )
 
     def add(self, *messages: ChatMessage | Mapping[str, Any]) -> None:

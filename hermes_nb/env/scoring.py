@@ -16,6 +16,7 @@ from hermes_nb.protocol.trajectory import (
     CORRECT_OVERRIDE,
     MASK_IGNORE,
     PROMPT_LOGPROB,
+    TRUNCATED_OVERRIDE,
     Message,
     ScoredDataGroup,
     scores_carry_signal,
@@ -26,12 +27,14 @@ from hermes_nb.protocol.trajectory import (
 class TrainedSequence:
     """One member of a group as the trainer gets it. ``masks_T`` holds the token id where the token was sampled
     (trained on) and ``MASK_IGNORE`` elsewhere; ``logprobs_T`` the sampling logprob of each sampled token and
-    ``PROMPT_LOGPROB`` elsewhere (``None``: the endpoint sent none); ``test_only``: token ids re-made from text."""
+    ``PROMPT_LOGPROB`` elsewhere (``None``: the endpoint sent none); ``test_only``: token ids re-made from text;
+    ``truncated``: cut off by its token budget before it ended (``trainer.mask_truncated_completions``)."""
 
     tokens_T: list[int]
     masks_T: list[int]
     logprobs_T: list[float] | None
     test_only: bool = False
+    truncated: bool = False
 
     @classmethod
     def from_completion(cls, completion: SampledCompletion) -> TrainedSequence:
@@ -43,6 +46,7 @@ class TrainedSequence:
             masks_T=[MASK_IGNORE] * prompt_len + list(completion.token_ids),
             logprobs_T=None if logprobs is None else [PROMPT_LOGPROB] * prompt_len + list(logprobs),
             test_only=completion.test_only,
+            truncated=completion.finish_reason == "length",
         )
 
 
@@ -74,15 +78,23 @@ def build_scored_group(
         return None
     members = [c if isinstance(c, TrainedSequence) else TrainedSequence.from_completion(c) for c in completions]
     logprobs_G = [m.logprobs_T for m in members]
-    overrides_G = [{CORRECT_OVERRIDE: bool(c)} for c in correct] if correct is not None else None
     group = ScoredDataGroup(
         tokens=[m.tokens_T for m in members],
         masks=[m.masks_T for m in members],
         scores=[float(s) for s in scores],
         inference_logprobs=[lp for lp in logprobs_G if lp is not None] if None not in logprobs_G else None,
-        overrides=overrides_G,
+        overrides=_overrides(members, correct),
     )
     return group.as_test_only() if any(m.test_only for m in members) else group
+
+
+def _overrides(members: Sequence[TrainedSequence], correct: Sequence[bool] | None) -> list[dict[str, bool]] | None:
+    """Each member's verdict and, only where it was cut off, ``truncated``; None when there is neither."""
+    truncated = [m.truncated for m in members]
+    if correct is None and not any(truncated):
+        return None
+    verdicts = [{CORRECT_OVERRIDE: bool(c)} for c in correct] if correct is not None else [{} for _ in members]
+    return [{**v, TRUNCATED_OVERRIDE: True} if cut else v for v, cut in zip(verdicts, truncated, strict=True)]
 
 
 def with_single_turn_messages(

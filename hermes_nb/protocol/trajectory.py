@@ -20,6 +20,9 @@ PROMPT_LOGPROB = 1.0
 # of its own: atroposlib's run-api rebuilds each group from its named fields, so an extra field would be dropped
 # on the way to the trainer, but it passes ``overrides`` through untouched and its trainers ignore unknown keys.
 CORRECT_OVERRIDE = "correct"
+# A member cut off by its token budget (``finish_reason: length``, or an episode that ran out of room) rides in
+# ``overrides[i]["truncated"]`` (true; absent otherwise), for the reason ``correct`` does.
+TRUNCATED_OVERRIDE = "truncated"
 # The reward of a correct completion in the convention of hermes-nb's and atroposlib's environments (1.0 right;
 # 0.0 or -1.0 wrong). Only a completion without a verdict is judged by it, and then partial credit is not correct.
 FULL_SCORE = 1.0
@@ -137,6 +140,16 @@ class ScoredDataGroup(BaseModel):
             stated = overrides.get(CORRECT_OVERRIDE)
             verdicts_G.append(stated if isinstance(stated, bool) else score_is_correct(score))
         return verdicts_G
+
+    def truncations(self, max_token_len: int) -> list[bool]:
+        """Whether each member was cut off before it ended: the environment said so
+        (``overrides[i]["truncated"]``), or the sequence fills the trainer's whole ``max_token_len`` (what an
+        environment that says nothing, e.g. one written against atroposlib, leaves to go by)."""
+        overrides_G = self.overrides or [{}] * len(self.tokens)
+        return [
+            overrides.get(TRUNCATED_OVERRIDE) is True or len(tokens_T) >= max_token_len
+            for tokens_T, overrides in zip(self.tokens, overrides_G, strict=True)
+        ]
 
     def is_test_only(self) -> bool:
         """Whether this group was built from re-tokenized text (``TEST_ONLY_OVERRIDE``): never trained on."""

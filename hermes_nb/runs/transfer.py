@@ -2,7 +2,8 @@
 
 The trainer never interprets run ids: the launcher turns ``trainer.resume_from``, ``pretrained_model_path`` and
 ``replay_from`` into paths in ``infra`` (``resume_checkpoint`` + ``start_step``, ``init_weights``,
-``replay_trajectories``). Every unusable input is a ``TransferError`` naming the field and what would do.
+``replay_trajectories``), and ``reference_model`` (the KL penalty's reference) into ``reference_weights``.
+Every unusable input is a ``TransferError`` naming the field and what would do.
 """
 
 from __future__ import annotations
@@ -112,41 +113,36 @@ def _best_checkpoint(paths: RunPaths, checkpoints: list[CheckpointRecord]) -> Ch
     return max(checkpoints, key=lambda c: (score(c), c.step))
 
 
-def weights_path(reference: str) -> Path:
+def weights_path(reference: str, field: str = "trainer.pretrained_model_path") -> Path:
     """A run id (its final checkpoint), ``<run id>@best``, a checkpoint directory, or a model directory."""
     run_id = reference.removesuffix(BEST_SUFFIX)
     if run_id in known_run_ids():
         paths = resolve_run(run_id)
         checkpoints = read_checkpoints(paths.checkpoints_index)
         if not checkpoints:
-            raise TransferError(f"trainer.pretrained_model_path: run {run_id} has no checkpoint")
+            raise TransferError(f"{field}: run {run_id} has no checkpoint")
         chosen = _best_checkpoint(paths, checkpoints) if reference.endswith(BEST_SUFFIX) else checkpoints[-1]
         return Path(chosen.path)
     path = Path(reference).expanduser()
     if not (path / "config.json").is_file():
         raise TransferError(
-            f"trainer.pretrained_model_path: {reference!r} is neither a run id nor a model or checkpoint directory "
+            f"{field}: {reference!r} is neither a run id nor a model or checkpoint directory "
             "(no config.json there); use a run id from rl_list_runs(), '<run id>@best', or a directory"
         )
     return path
 
 
-def check_compatible(weights: Path, base_model: Path) -> None:
+def check_compatible(weights: Path, base_model: Path, field: str = "trainer.pretrained_model_path") -> None:
     """Same architecture shape and the same tokenizer vocabulary as the run's base model."""
     source, target = _read_json(weights / "config.json"), _read_json(base_model / "config.json")
     differing = [k for k in _SHAPE_KEYS if source.get(k) != target.get(k)]
     if differing:
         shown = ", ".join(f"{k} {source.get(k)!r} vs {target.get(k)!r}" for k in differing)
-        raise TransferError(
-            f"trainer.pretrained_model_path: {weights} has another architecture than the base model "
-            f"{base_model} ({shown})"
-        )
+        raise TransferError(f"{field}: {weights} has another architecture than the base model {base_model} ({shown})")
     source_vocab = _read_json(weights / "tokenizer.json").get("model", {}).get("vocab")
     target_vocab = _read_json(base_model / "tokenizer.json").get("model", {}).get("vocab")
     if source_vocab is not None and target_vocab is not None and source_vocab != target_vocab:
-        raise TransferError(
-            f"trainer.pretrained_model_path: {weights} uses another tokenizer than the base model {base_model}"
-        )
+        raise TransferError(f"{field}: {weights} uses another tokenizer than the base model {base_model}")
 
 
 def check_resume_backend(config: RunConfig, checkpoint: Path) -> None:
@@ -210,6 +206,26 @@ def local_copy(weights: Path, saved: TinkerCheckpoint) -> Path:
         raise TransferError(f"trainer.pretrained_model_path: {exc}") from None
 
 
+def reference_weights(config: RunConfig, base_model_dir: Path) -> Path:
+    """The model directory of ``trainer.reference_model``: a run id (its last checkpoint), ``<run id>@best``, a
+    checkpoint or a model directory, of the base model's architecture and tokenizer. A local run's only: on Tinker
+    the reference is the server's base model."""
+    field = "trainer.reference_model"
+    reference = str(config.trainer.reference_model)
+    if config.trainer.backend == "tinker":
+        raise TransferError(
+            f"{field}: the tinker backend scores the KL penalty against its base model only; leave {field} unset"
+        )
+    weights = weights_path(reference, field)
+    if read_checkpoint(weights) is not None:
+        raise TransferError(
+            f"{field}: {weights} is a Tinker checkpoint (its weights are on the server); name a local run's "
+            "checkpoint or a model directory"
+        )
+    check_compatible(weights, base_model_dir, field)
+    return weights
+
+
 def replay_file(run_id: str) -> Path:
     paths = _run_paths("trainer.replay_from", run_id)
     if not paths.trajectories.is_file() or paths.trajectories.stat().st_size == 0:
@@ -247,6 +263,8 @@ def resolve_transfer(config: RunConfig, base_model_dir: Path) -> RunConfig:
                 "transfer_learning is on, or nothing is replayed"
             )
         updates["replay_trajectories"] = str(replay_file(trainer.replay_from))
+    if trainer.reference_model:
+        updates["reference_weights"] = str(reference_weights(config, base_model_dir))
     if not updates:
         return config
     return config.model_copy(update={"infra": config.infra.model_copy(update=updates)})

@@ -35,6 +35,7 @@ from hermes_nb.protocol.tinker import (
 from hermes_nb.tinker import datums as tinker_datums
 from hermes_nb.tinker.calls import (
     RemoteCalls,
+    check_algorithm,
     check_base_model,
     connect,
     import_tinker,
@@ -75,6 +76,7 @@ class TinkerBackend:
         trainer = config.trainer
         if trainer.lora_rank <= 0:
             raise TinkerError("trainer.lora_rank: Tinker trains LoRA adapters only; set a rank >= 1 (e.g. 32)")
+        check_algorithm(config)
         self._tinker = import_tinker()
         self.base_model = tinker_model_name(trainer.base_model)
         self.lora_rank = trainer.lora_rank

@@ -309,12 +309,23 @@ def check_base_model(service: Any, base_model: str, calls: RemoteCalls) -> None:
         )
 
 
+def check_algorithm(config: Any) -> None:
+    """Refuse the trainer fields the Tinker route cannot honour (``hermes_nb.tinker.algorithms``), naming the server."""
+    from hermes_nb.tinker.algorithms import tinker_field_problem
+
+    problem = tinker_field_problem(config.trainer, public_url(config.tinker.base_url))
+    if problem is not None:
+        raise TinkerError(problem)
+
+
 def check_config(config: Any) -> None:
-    """What can be known before a run on Tinker starts: a LoRA rank, a key, a server that answers and offers the
-    base model. Each failure is one ``TinkerError`` line; nothing is created. Runs in ``tinker_preflight``'s child
-    process: the SDK's threads and connections never enter the caller's (a notebook kernel's) process."""
+    """What can be known before a run on Tinker starts: the algorithm's fields, a LoRA rank, a key, a server that
+    answers and offers the base model. Each failure is one ``TinkerError`` line; nothing is created. Runs in
+    ``tinker_preflight``'s child process: the SDK's threads and connections never enter the caller's (a notebook
+    kernel's) process."""
     if config.trainer.lora_rank <= 0:
         raise TinkerError("trainer.lora_rank: Tinker trains LoRA adapters only; set a rank >= 1 (e.g. 32)")
+    check_algorithm(config)
     service = connect(config.tinker.base_url)
     calls = RemoteCalls(config.tinker.base_url, min(config.tinker.give_up_after_s, PREFLIGHT_TIMEOUT_S))
     check_base_model(service, tinker_model_name(config.trainer.base_model), calls)

@@ -1,8 +1,11 @@
 """From scored groups (the wire format) to training data: group-normalised advantages and shifted datums.
 
-Advantage of member ``i`` of a group: ``(score_i - mean) / (std + eps)`` with the population std of the group's
-scores (GRPO). A group whose scores are all equal gets zero advantages: it carries no signal about which
-completion was better. Precedence, most specific first:
+Advantage of member ``i`` of a group: ``(score_i - mean) / (std + eps)``, ``mean`` the group's mean score and
+``std`` by ``trainer.scale_rewards``: the population std of the group's scores (``group``, GRPO; the default), of
+the whole batch's scores (``batch``), or no division at all (``none``, Dr. GRPO). The std is the population one
+(divided by n), as hermes-nb always computed it; TRL's GRPOTrainer divides by n - 1 (the sample std), so its
+advantages are smaller by sqrt((n - 1) / n) for a group of n. A group whose scores are all equal gets zero
+advantages: it carries no signal about which completion was better. Precedence, most specific first:
 
 1. ``overrides[i]["set_advantage_to_zero"]`` (or ``group_overrides["set_advantage_to_zero"]``): zero;
 2. ``advantages`` sent with the group (per token): used as given;
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+from hermes_nb.config import RewardScaling
 from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup, scores_carry_signal
 from hermes_nb.trainer.types import Datum
 
@@ -21,13 +25,30 @@ ADVANTAGE_EPS = 1e-6
 ZERO_OVERRIDE = "set_advantage_to_zero"
 
 
-def normalized_scores(scores_G: list[float], eps: float = ADVANTAGE_EPS) -> list[float]:
-    """``(s - mean) / (std + eps)`` per member; all zeros when the scores are all equal."""
+def population_std(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+
+
+def normalized_scores(scores_G: list[float], eps: float = ADVANTAGE_EPS, std: float | None = None) -> list[float]:
+    """``(s - mean) / (std + eps)`` per member, ``std`` the group's own unless given (0.0: no division); all zeros
+    when the scores are all equal."""
     if not scores_carry_signal(scores_G):
         return [0.0] * len(scores_G)
     mean = sum(scores_G) / len(scores_G)
-    std = math.sqrt(sum((s - mean) ** 2 for s in scores_G) / len(scores_G))
-    return [(s - mean) / (std + eps) for s in scores_G]
+    if std == 0.0:
+        return [s - mean for s in scores_G]
+    divisor = population_std(scores_G) if std is None else std
+    return [(s - mean) / (divisor + eps) for s in scores_G]
+
+
+def batch_std(batch: list[ScoredDataGroup], scale: RewardScaling) -> float | None:
+    """The std every group of ``batch`` divides by under ``scale``: None (each group's own), 0.0 (none)."""
+    if scale == "group":
+        return None
+    if scale == "none":
+        return 0.0
+    return population_std([s for group in batch for s in group.scores])
 
 
 def _zeroed(group: ScoredDataGroup, index: int) -> bool:
@@ -38,9 +59,10 @@ def _zeroed(group: ScoredDataGroup, index: int) -> bool:
     return bool(group.overrides[index].get(ZERO_OVERRIDE))
 
 
-def token_advantages(group: ScoredDataGroup) -> list[list[float]]:
-    """Per-token advantages of each member, aligned with ``group.tokens`` (see the module doc for precedence)."""
-    per_sequence = normalized_scores(group.scores)
+def token_advantages(group: ScoredDataGroup, std: float | None = None) -> list[list[float]]:
+    """Per-token advantages of each member, aligned with ``group.tokens`` (see the module doc for precedence);
+    ``std`` as ``normalized_scores`` takes it."""
+    per_sequence = normalized_scores(group.scores, std=std)
     rows: list[list[float]] = []
     for i, tokens in enumerate(group.tokens):
         if _zeroed(group, i):
@@ -52,9 +74,18 @@ def token_advantages(group: ScoredDataGroup) -> list[list[float]]:
     return rows
 
 
-def with_token_advantages(group: ScoredDataGroup) -> ScoredDataGroup:
+def with_token_advantages(group: ScoredDataGroup, std: float | None = None) -> ScoredDataGroup:
     """``group`` carrying the per-token advantages it is trained with, as the trainer records it."""
-    return group.model_copy(update={"advantages": token_advantages(group)})
+    return group.model_copy(update={"advantages": token_advantages(group, std)})
+
+
+def with_batch_advantages(batch: list[ScoredDataGroup], scale: RewardScaling) -> list[ScoredDataGroup]:
+    """Every group of ``batch`` carrying its advantages under ``trainer.scale_rewards``: what the loop trains on
+    and records. Idempotent (advantages a group carries are used as given)."""
+    if scale == "group":
+        return batch  # each group's own std: token_advantages computes it wherever it is asked
+    std = batch_std(batch, scale)
+    return [with_token_advantages(group, std) for group in batch]
 
 
 def sequence_datum(

@@ -1,7 +1,17 @@
-"""The training loop: pull a batch, compute advantages, one optimizer step, log, checkpoint, publish weights.
+"""The training loop: pull a batch, compute advantages, optimizer steps, log, checkpoint, publish weights.
 
 Every piece is a top-level function so tests drive the real code. ``run_training`` owns the step loop and
 returns why it ended; the process wiring (server, signals, exit codes) is in ``hermes_nb.trainer.main``.
+
+A step (``train_step``): advantages by ``trainer.scale_rewards``; truncated completions out of the loss with
+``trainer.mask_truncated_completions``; the trainer's own logprobs before the first pass into
+``Datum.old_logprobs_T`` with ``trainer.importance_sampling_cap``, the reference policy's into
+``Datum.reference_logprobs_T`` with ``trainer.beta > 0``; then ``trainer.num_iterations`` passes of
+``forward_backward`` + ``optim_step`` on the same data, so the ratio's denominator is the sampling logprobs (or
+``old_logprobs_T``) on every pass, at the step's learning rate (``hermes_nb.trainer.schedule``). The loss and the
+backend's diagnostics (clip fractions, KL, entropy) are the last pass's; ``train/optimizer_steps`` counts the
+passes of the whole run (a resumed run counts ``num_iterations`` for each step before it, as it cannot know which
+of them had nothing to learn from).
 """
 
 from __future__ import annotations
@@ -18,10 +28,11 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from hermes_nb.config import RunConfig, TrainerConfig, base_model_dir
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.checkpoints import CheckpointKind
-from hermes_nb.protocol.trajectory import Registration, ScoredDataGroup
-from hermes_nb.trainer.advantages import group_data, has_signal
+from hermes_nb.protocol.trajectory import MASK_IGNORE, Registration, ScoredDataGroup
+from hermes_nb.trainer.advantages import group_data, has_signal, population_std, with_batch_advantages
 from hermes_nb.trainer.backend import TrainingBackend
 from hermes_nb.trainer.checkpoints import checkpoint_root, record_batch, save_checkpoint
+from hermes_nb.trainer.schedule import learning_rate_at
 from hermes_nb.trainer.types import AdamParams, Datum, LossConfig, SamplerHandle
 
 logger = logging.getLogger(__name__)
@@ -40,6 +51,13 @@ class ReportingSource(Protocol):
     """A batch source with metrics about the batch it handed out last (e.g. the replay's share)."""
 
     def batch_metrics(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class SteppingSource(Protocol):
+    """A batch source whose batch can stand for several of the run's steps (dynamic sampling's extra pulls)."""
+
+    def batches_taken(self) -> int: ...
 
 
 # Called after every optimizer step with the new weights and the step that produced them.
@@ -113,9 +131,38 @@ def batch_score_metrics(batch: list[ScoredDataGroup]) -> dict[str, float]:
     }
 
 
-def prepare_data(backend: TrainingBackend, batch: list[ScoredDataGroup]) -> list[Datum]:
-    """Datums that carry a learning signal; missing sampling logprobs come from the current policy (on-policy,
-    so the importance ratio starts at 1)."""
+def completion_lengths(batch: list[ScoredDataGroup]) -> list[int]:
+    """Completion tokens of each sequence of ``batch``: the trained ones (mask not ``MASK_IGNORE``)."""
+    return [sum(1 for m in mask if m != MASK_IGNORE) for group in batch for mask in group.masks]
+
+
+def batch_shape_metrics(batch: list[ScoredDataGroup], max_token_len: int | None) -> dict[str, float]:
+    """What people watch while comparing algorithms, of the batch as it came: the spread of its scores
+    (population std), completion lengths in tokens, and the share of completions cut off before they ended."""
+    lengths = completion_lengths(batch)
+    values = {
+        keys.TRAIN_REWARD_STD: population_std([s for group in batch for s in group.scores]),
+        keys.TRAIN_COMPLETION_LENGTH: sum(lengths) / len(lengths),
+        keys.TRAIN_COMPLETION_LENGTH_MAX: float(max(lengths)),
+    }
+    if max_token_len is not None:
+        cut = [t for group in batch for t in group.truncations(max_token_len)]
+        values[keys.TRAIN_TRUNCATED_FRACTION] = sum(cut) / len(cut)
+    return values
+
+
+def without_truncated(group: ScoredDataGroup, max_token_len: int) -> ScoredDataGroup:
+    """``group`` with its truncated members' masks all ``MASK_IGNORE`` (weight 0 in the loss). Their scores still
+    count in the group's advantages, as TRL's mask_truncated_completions leaves them."""
+    cut = group.truncations(max_token_len)
+    if not any(cut):
+        return group
+    masks = [[MASK_IGNORE] * len(m) if c else m for m, c in zip(group.masks, cut, strict=True)]
+    return group.model_copy(update={"masks": masks})
+
+
+def trainable_data(batch: list[ScoredDataGroup]) -> tuple[list[Datum], list[int]]:
+    """Datums that carry a learning signal, and the indices of those sent without sampling logprobs."""
     data: list[Datum] = []
     missing: list[int] = []
     for group in batch:
@@ -126,10 +173,35 @@ def prepare_data(backend: TrainingBackend, batch: list[ScoredDataGroup]) -> list
             if not sent:
                 missing.append(len(data))
             data.append(datum)
-    if missing:
-        current = backend.forward([data[i] for i in missing])
-        for i, logprobs in zip(missing, current, strict=True):
-            data[i] = data[i].model_copy(update={"sampling_logprobs_T": logprobs})
+    return data, missing
+
+
+def prepare_data(
+    backend: TrainingBackend,
+    batch: list[ScoredDataGroup],
+    trainer: TrainerConfig | None = None,
+    max_token_len: int | None = None,
+) -> list[Datum]:
+    """Datums that carry a learning signal; missing sampling logprobs come from the current policy (on-policy,
+    so the importance ratio starts at 1). ``trainer`` adds what its fields ask for (the module doc)."""
+    trainer = trainer or TrainerConfig()
+    if trainer.mask_truncated_completions and max_token_len is not None:
+        batch = [without_truncated(group, max_token_len) for group in batch]
+    data, missing = trainable_data(batch)
+    if not data:
+        return data
+    needs_current = trainer.importance_sampling_cap is not None
+    if missing or needs_current:
+        # One forward for both: the same weights give the on-policy sampling logprobs and the "old" ones.
+        asked = list(range(len(data))) if needs_current else missing
+        current = dict(zip(asked, backend.forward([data[i] for i in asked]), strict=True))
+        for i in missing:
+            data[i] = data[i].model_copy(update={"sampling_logprobs_T": current[i]})
+        if needs_current:
+            data = [d.model_copy(update={"old_logprobs_T": current[i]}) for i, d in enumerate(data)]
+    if trainer.beta > 0:
+        reference = backend.reference_forward(data)
+        data = [d.model_copy(update={"reference_logprobs_T": r}) for d, r in zip(data, reference, strict=True)]
     return data
 
 
@@ -154,27 +226,46 @@ def loss_config_for(trainer: TrainerConfig, max_completion_length: int) -> LossC
     )
 
 
-def adam_params(trainer: TrainerConfig) -> AdamParams:
+def adam_params(trainer: TrainerConfig, learning_rate: float | None = None) -> AdamParams:
+    """The step's Adam settings; ``learning_rate``: the schedule's rate of the step (None: ``trainer``'s)."""
     return AdamParams(
-        learning_rate=trainer.learning_rate, weight_decay=trainer.weight_decay, max_grad_norm=trainer.max_grad_norm
+        learning_rate=trainer.learning_rate if learning_rate is None else learning_rate,
+        weight_decay=trainer.weight_decay,
+        max_grad_norm=trainer.max_grad_norm,
     )
 
 
 def train_step(
-    backend: TrainingBackend, batch: list[ScoredDataGroup], trainer: TrainerConfig, max_completion_length: int = 1
+    backend: TrainingBackend,
+    batch: list[ScoredDataGroup],
+    trainer: TrainerConfig,
+    max_token_len: int | None = None,
+    *,
+    learning_rate: float | None = None,
+    optimizer_steps: int = 0,
 ) -> dict[str, float]:
-    """One optimizer step on ``batch``; returns the step's training metrics (no throughput)."""
+    """``trainer.num_iterations`` optimizer steps on ``batch`` (none when nothing in it carries signal); returns
+    the step's training metrics (no throughput). ``max_token_len``: the run's (truncation, dr_grpo's constant);
+    ``optimizer_steps``: those taken before, counted on in ``train/optimizer_steps``."""
+    batch = with_batch_advantages(batch, trainer.scale_rewards)
     values = batch_score_metrics(batch)
-    values[keys.TRAIN_LEARNING_RATE] = trainer.learning_rate
-    data = prepare_data(backend, batch)
+    values.update(batch_shape_metrics(batch, max_token_len))
+    adam = adam_params(trainer, learning_rate)
+    values[keys.TRAIN_LEARNING_RATE] = adam.learning_rate
+    values[keys.TRAIN_OPTIMIZER_STEPS] = float(optimizer_steps)
+    data = prepare_data(backend, batch, trainer, max_token_len)
     values[keys.TRAIN_TRAINED_SEQUENCES] = float(len(data))
     if not data:
         # Every group had equal scores: nothing to learn from, and an Adam step on zero gradients would still
         # move the weights (momentum), so skip it.
         values[keys.TRAIN_LOSS] = 0.0
         return values
-    output = backend.forward_backward(data, trainer.loss, loss_config_for(trainer, max_completion_length))
-    step = backend.optim_step(adam_params(trainer))
+    longest = max_token_len or max(len(d.input_tokens_T) + 1 for d in data)
+    loss_config = loss_config_for(trainer, longest)
+    for _ in range(trainer.num_iterations):
+        output = backend.forward_backward(data, trainer.loss, loss_config)
+        step = backend.optim_step(adam)
+    values[keys.TRAIN_OPTIMIZER_STEPS] += trainer.num_iterations
     values[keys.TRAIN_LOSS] = output.loss
     values[keys.TRAIN_TRAINED_TOKENS] = float(output.num_trained_tokens)
     values.update({keys.train_key(k): v for k, v in output.metrics.items()})
@@ -193,11 +284,15 @@ def throughput(batch: list[ScoredDataGroup], step_seconds: float) -> dict[str, f
     }
 
 
-def checkpoint_kind(step: int, settings: LoopSettings) -> CheckpointKind | None:
+def checkpoint_kind(step: int, settings: LoopSettings, previous: int | None = None) -> CheckpointKind | None:
+    """The checkpoint due after the step that took the run from ``previous`` (default ``step - 1``) to ``step``:
+    an interval one when a multiple of ``save_checkpoint_interval`` lies in between (a dynamically sampled step
+    can stand for several)."""
     if step >= settings.total_steps:
         return "final"
     interval = settings.trainer.save_checkpoint_interval
-    return "interval" if interval > 0 and step % interval == 0 else None
+    since = step - 1 if previous is None else previous
+    return "interval" if interval > 0 and step // interval > since // interval else None
 
 
 def run_training(
@@ -213,17 +308,29 @@ def run_training(
 ) -> LoopOutcome:
     """Train from ``start_step`` to ``settings.total_steps``; a set ``stop`` ends it after the current step
     with a ``stop`` checkpoint. Steps are 1-based: the first completed step is 1."""
+    trainer = settings.trainer
     step = saved = start_step
+    optimizer_steps = start_step * trainer.num_iterations
     last_end = time.perf_counter()
     while step < settings.total_steps:
         batch = source.next_batch(stop)
         if batch is None:
             break
         started = time.perf_counter()
-        values = train_step(backend, batch, settings.trainer, settings.max_token_len)
+        previous = step
+        step += source.batches_taken() if isinstance(source, SteppingSource) else 1
+        batch = with_batch_advantages(batch, trainer.scale_rewards)
+        values = train_step(
+            backend,
+            batch,
+            trainer,
+            settings.max_token_len,
+            learning_rate=learning_rate_at(trainer, step, settings.total_steps),
+            optimizer_steps=optimizer_steps,
+        )
+        optimizer_steps = int(values[keys.TRAIN_OPTIMIZER_STEPS])
         if isinstance(source, ReportingSource):
             values.update(source.batch_metrics())
-        step += 1
         record_batch(settings.run_dir, step, batch)
         if publish is not None:
             publish(backend.save_weights_for_sampler(f"step_{step}"), step)
@@ -242,7 +349,7 @@ def run_training(
             values[keys.TRAIN_PERCENT_CORRECT],
             values[keys.TRAIN_STEP_SECONDS],
         )
-        kind = checkpoint_kind(step, settings)
+        kind = checkpoint_kind(step, settings, previous)
         if kind is not None:
             save_checkpoint(backend, config, settings.run_dir, step, kind, _scalar_summary(values))
             saved = step

@@ -2,7 +2,9 @@
 
 Starting point: ``infra.resume_checkpoint`` (weights, optimizer and RNG; steps continue after
 ``infra.start_step``), else ``infra.init_weights`` (weights only), else the base model. With
-``trainer.transfer_learning`` the batches mix in ``infra.replay_trajectories`` (``hermes_nb.trainer.replay``).
+``trainer.transfer_learning`` the batches mix in ``infra.replay_trajectories`` (``hermes_nb.trainer.replay``);
+with ``trainer.dynamic_sampling`` they are filled with groups that carry signal
+(``hermes_nb.trainer.dynamic_sampling``).
 
 After the final step the process keeps serving the policy while an environment is still registered, for at most
 ``FINAL_EVAL_GRACE`` seconds: the environment's final evaluation samples from this server.
@@ -153,6 +155,7 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event, parts: BackendP
     import torch
 
     from hermes_nb.inference.engine import Policy
+    from hermes_nb.trainer.dynamic_sampling import with_dynamic_sampling
     from hermes_nb.trainer.loop import LoopSettings, registration_for, run_training
     from hermes_nb.trainer.replay import with_replay
     from hermes_nb.trainer.types import SamplerHandle
@@ -184,7 +187,7 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event, parts: BackendP
             contextlib.closing(SyncTrajectoryClient(config.infra.api_url, secret=api_secret_from_env()))
         )
         metrics = cleanup.enter_context(contextlib.closing(_metrics_logger(config, run_dir)))
-        source = with_replay(api, config, start_step)
+        source = with_dynamic_sampling(with_replay(api, config, start_step), settings, start_step)
         if api.register_when_up(registration_for(settings, config, start_step), stop) is None:
             raise_fault(backend)
             return LoopOutcome("stopped", start_step)

@@ -88,7 +88,8 @@ class AdamParams(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    learning_rate: float = Field(gt=0)
+    # 0 is a real step: the first of a warmup (hermes_nb.trainer.schedule), which moves Adam's moments only.
+    learning_rate: float = Field(ge=0)
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8

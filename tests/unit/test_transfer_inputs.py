@@ -181,3 +181,20 @@ def test_nothing_to_transfer_leaves_the_config_as_it_is(base_model: Path) -> Non
     original = config()
     assert resolve_transfer(original, base_model) is original
     assert home.runs_dir().exists() is False
+
+
+def test_a_reference_model_run_id_resolves_to_its_last_checkpoint(base_model: Path, tmp_path: Path) -> None:
+    make_run("20260101-000000-rrrrrrrrrr", "completed", {4: checkpoint(base_model, tmp_path / "c4")})
+    resolved = resolve_transfer(config(beta=0.1, reference_model="20260101-000000-rrrrrrrrrr"), base_model)
+    assert resolved.infra.reference_weights == str(tmp_path / "c4")
+
+
+def test_a_reference_model_that_does_not_exist_is_refused_naming_the_field(base_model: Path, tmp_path: Path) -> None:
+    with pytest.raises(TransferError, match=r"^trainer.reference_model: .*\(no config.json there\)"):
+        resolve_transfer(config(beta=0.1, reference_model=str(tmp_path / "missing")), base_model)
+
+
+def test_a_reference_model_of_another_architecture_is_refused(base_model: Path, tmp_path: Path) -> None:
+    other = make_tiny_model(tmp_path / "wider", ModelShape(hidden_size=48))
+    with pytest.raises(TransferError, match=r"^trainer.reference_model: .*another architecture"):
+        resolve_transfer(config(beta=0.1, reference_model=str(other)), base_model)

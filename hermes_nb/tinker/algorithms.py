@@ -1,0 +1,50 @@
+"""Which of the trainer's algorithm fields a run on Tinker can honour, decided before the run starts.
+
+What the loop does itself works on either backend: ``scale_rewards``, the learning-rate schedule,
+``num_iterations`` (several ``forward_backward`` + ``optim_step`` on one batch; the ratio is taken against the
+sampling logprobs sent with every pass), ``mask_truncated_completions`` and ``dynamic_sampling``. What happens
+inside the server's loss does not: Tinker computes its own losses by name and sums over tokens
+(``hermes_nb.tinker.datums`` scales the advantages to hermes-nb's token-mean, which is ``dapo``/``bnpo``), and
+SkyRL 0.3.0, the self-hosted server this is tested against, wires only ``cross_entropy`` and
+``importance_sampling`` (and ``ppo`` where the hosted service serves it). So these are refused, naming the field
+and the server: another aggregation, the sequence-level ratio (GSPO), ``cispo``, the mismatch correction (it needs
+a ratio of the trainer's to the sampler's logprobs inside the loss) and the KL penalty (tinker-cookbook folds a
+reference model's ``compute_logprobs`` into the advantages; not wired here yet).
+"""
+
+from __future__ import annotations
+
+from hermes_nb.config import TrainerConfig
+
+# The losses this route sends to Tinker by name (``TrainingClient.forward_backward(loss_fn=...)``).
+TINKER_LOSSES = ("importance_sampling", "ppo")
+# The aggregations Tinker's summed loss reproduces with the token-mean scaling of ``hermes_nb.tinker.datums``.
+TINKER_AGGREGATIONS = ("dapo", "bnpo")
+
+
+def tinker_field_problem(trainer: TrainerConfig, server: str) -> str | None:
+    """Why ``trainer`` asks for what the Tinker server at ``server`` cannot do, naming the field; None if it fits."""
+    where = f"the Tinker server at {server}"
+    if trainer.loss not in TINKER_LOSSES:
+        return f"trainer.loss: {trainer.loss!r} is not a loss {where} is sent; use one of {', '.join(TINKER_LOSSES)}"
+    if trainer.loss_type not in TINKER_AGGREGATIONS:
+        return (
+            f"trainer.loss_type: {trainer.loss_type!r} cannot be computed by {where}, which sums token losses; "
+            f"use {' or '.join(TINKER_AGGREGATIONS)} (the token-mean), or trainer.backend: local"
+        )
+    if trainer.importance_sampling_level != "token":
+        return (
+            f"trainer.importance_sampling_level: 'sequence' (GSPO) is not a loss {where} offers; "
+            "use 'token', or trainer.backend: local"
+        )
+    if trainer.importance_sampling_cap is not None:
+        return (
+            f"trainer.importance_sampling_cap: {where} has no truncated importance sampling in its losses; "
+            "leave it unset, or use trainer.backend: local"
+        )
+    if trainer.beta > 0:
+        return (
+            f"trainer.beta: a KL penalty to a reference policy is not available on {where} from hermes-nb yet; "
+            "set beta: 0, or use trainer.backend: local"
+        )
+    return None
