@@ -24,8 +24,11 @@ Errors that belong to one part are defined beside it (a file name after the clas
       NoSamplesError (rollouts/reader.py)
       ProviderRefused (model_test/endpoints.py)
       RequestRejected (trajectory_api/state.py)
+      RewardError (frameworks/openenv/rewards.py)
       RunStateError
+      ServerError (frameworks/openenv/server.py)
       ServerStartError (inference/local.py)
+      SessionError (frameworks/openenv/session.py)
       TinkerError
       TokenizerUnavailable (env/text_tokens.py)
       TrajectoryAPIError

@@ -98,3 +98,10 @@ def test_an_observation_becomes_its_only_text_field_or_json():
 def test_the_session_url_is_the_servers_ws_endpoint():
     assert ws_url("http://127.0.0.1:8000/") == "ws://127.0.0.1:8000/ws"
     assert ws_url("https://env.example") == "wss://env.example/ws"
+
+
+def test_the_environment_class_handed_to_the_process_is_the_episode_env_without_importing_it_in_the_kernel() -> None:
+    from hermes_nb.frameworks.openenv import episode_env, handoff
+
+    assert Path(episode_env.__file__).resolve() == handoff.EPISODE_ENV_FILE
+    assert episode_env.OpenEnvAgentEnv.__name__ == handoff.EPISODE_ENV_CLASS

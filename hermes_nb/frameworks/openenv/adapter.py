@@ -16,9 +16,9 @@ from typing import ClassVar
 from hermes_nb.atropos.interpreter import env_python_environment
 from hermes_nb.env.base import RUNTIME_MODULE
 from hermes_nb.frameworks.contract import ChildCommand, FrameworkAdapter, ModelTestRequest, Recognition, ServeRequest
-from hermes_nb.frameworks.openenv import episode_env, interpreter
+from hermes_nb.frameworks.openenv import handoff, interpreter
 
-EPISODE_ENV_SPEC = f"{Path(episode_env.__file__).resolve()}:{episode_env.OpenEnvAgentEnv.__name__}"
+EPISODE_ENV_SPEC = handoff.EPISODE_ENV_SPEC
 SERVER_LOG_PROCESS = "openenv_server"
 
 
@@ -43,8 +43,8 @@ class OpenEnvFramework(FrameworkAdapter):
 
     def _environment(self, base: Mapping[str, str], file: str, log: Path) -> dict[str, str]:
         env = env_python_environment(base)
-        env[episode_env.FILE_VAR] = file
-        env[episode_env.LOG_VAR] = str(log)
+        env[handoff.FILE_VAR] = file
+        env[handoff.LOG_VAR] = str(log)
         return env
 
     def serve(self, request: ServeRequest) -> ChildCommand:

@@ -25,14 +25,13 @@ from hermes_nb.env.agent import AgentEnv
 from hermes_nb.env.episodes import Episode
 from hermes_nb.env.types import QAItem
 from hermes_nb.errors import ConfigError
+from hermes_nb.frameworks.openenv.handoff import FILE_VAR, LOG_VAR
 from hermes_nb.frameworks.openenv.rewards import episode_score
 from hermes_nb.frameworks.openenv.server import ServerProcess, start_server
 from hermes_nb.frameworks.openenv.session import OpenEnvSession, SessionError, StepResult
 from hermes_nb.frameworks.openenv.settings import OpenEnvSettings
 from hermes_nb.protocol.inference import ChatMessage, FunctionCall, ToolSpec
 
-FILE_VAR = "HERMES_NB_OPENENV_FILE"  # the environment file whose app the process serves
-LOG_VAR = "HERMES_NB_OPENENV_LOG"  # where that server logs
 # Observation fields every OpenEnv observation has; never the text of a message.
 BASE_OBSERVATION_FIELDS = ("metadata", "done", "reward")
 # Reset seeds drawn for items: any int OpenEnv environments accept (numpy's seeds stop at 2**32).
