@@ -298,6 +298,27 @@ def test_an_unknown_base_model_is_refused_listing_what_the_server_offers(on_tink
     assert FAKE_KEY not in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"trainer.loss": "cispo"}, "trainer.loss: 'cispo'"),
+        ({"trainer.loss_type": "dr_grpo"}, "trainer.loss_type: 'dr_grpo'"),
+        ({"trainer.importance_sampling_level": "sequence"}, "trainer.importance_sampling_level: 'sequence'"),
+        ({"trainer.importance_sampling_cap": 3.0}, "trainer.importance_sampling_cap"),
+        ({"trainer.beta": 0.04}, "trainer.beta"),
+    ],
+)
+def test_an_algorithm_the_tinker_server_cannot_compute_is_refused_before_the_run_starts(
+    on_tinker: SkyrlServer, fields: dict[str, Any], named: str
+) -> None:
+    before = set(known_run_ids())
+    with pytest.raises(TinkerError) as refused:
+        run(rl_start_training(**{**SHORT_RUN, **fields}))
+
+    assert named in str(refused.value) and f"the Tinker server at {on_tinker.url}" in str(refused.value)
+    assert set(known_run_ids()) == before  # nothing was created
+
+
 def test_a_stopped_run_on_tinker_resumes_its_steps_and_optimizer(on_tinker: SkyrlServer) -> None:
     """The run level: steps and history continue. That the Adam moments come back with the weights is shown on the
     server itself by ``test_resume_restores_the_adam_moments_on_the_server``."""
