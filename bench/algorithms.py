@@ -232,19 +232,21 @@ def main() -> None:
         f"{args.eval_every} steps; load average {os.getloadavg()[0]:.1f} at the start"
     )
     print(header, flush=True)
-    results: dict[str, list[SeedRun]] = {}
-    for variant in args.variants:
-        for seed in args.seeds:
+    results: dict[str, list[SeedRun]] = {variant: [] for variant in args.variants}
+    # Seed-major: the variants alternate, so a change of load over the bench falls on all of them alike.
+    for seed in args.seeds:
+        for variant in args.variants:
             with tempfile.TemporaryDirectory() as tmp:
                 os.environ["HERMES_NB_HOME"] = tmp
                 os.environ.setdefault("WANDB_MODE", "offline")
                 run = one_run(variant, seed, args.steps, args.eval_every, args.max_run_seconds)
-            results.setdefault(variant, []).append(run)
+            results[variant].append(run)
             print(
                 f"{variant} seed {seed} ({run.status}): start {100 * run.start_accuracy:.1f}%, best lift "
                 f"{100 * run.best_lift():+.1f} points, final KL {run.final_kl}",
                 flush=True,
             )
+    header += f", {os.getloadavg()[0]:.1f} at the end"
     lines, plot = write_outputs(args.out, header, results)
     print("\n".join(lines[2:]))
     print(f"wrote {args.out / 'algorithms.md'}, {plot}")
