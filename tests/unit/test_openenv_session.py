@@ -110,3 +110,48 @@ async def body(server, seen):
         tmp_path,
     )
     assert expected in seen["error"]
+
+
+def test_sessions_beyond_the_servers_capacity_wait_for_a_slot_and_all_play(tmp_path):
+    # broken_openenv's server holds 4 sessions (max_concurrent_envs=4); 7 episodes want one each at once.
+    seen = run_in_openenv(
+        """
+from hermes_nb.frameworks.openenv.slots import SessionSlots
+async def body(server, seen):
+    slots = SessionSlots()
+    async def play():
+        async with OpenEnvSession(server.url) as session:
+            await session.reset(seed=1)
+            await asyncio.sleep(0.3)  # all 7 want their session at once
+            return (await session.step({"message": "x"})).reward
+    seen["rewards"] = await asyncio.gather(*(slots.run(play) for _ in range(7)))
+    seen["cap"] = slots.cap
+""",
+        BROKEN,
+        tmp_path,
+    )
+    assert seen["rewards"] == [0.5] * 7
+    assert seen["cap"] == 4  # learnt from the first refusal
+
+
+def test_a_full_server_is_a_capacity_error_naming_its_limit(tmp_path):
+    seen = run_in_openenv(
+        """
+from hermes_nb.frameworks.openenv.session import CapacityReached
+async def body(server, seen):
+    sessions = [OpenEnvSession(server.url) for _ in range(5)]
+    for session in sessions[:4]:
+        await session.__aenter__()
+        await session.reset(seed=1)
+    try:
+        async with sessions[4] as fifth:
+            await fifth.reset(seed=1)
+    except CapacityReached as full:
+        seen["max_sessions"], seen["error"] = full.max_sessions, str(full)
+    for session in sessions[:4]:
+        await session.__aexit__(None, None, None)
+""",
+        BROKEN,
+        tmp_path,
+    )
+    assert seen["max_sessions"] == 4 and "max_concurrent_envs" in seen["error"]

@@ -6,7 +6,8 @@ field a reply fills (``/schema``) and lists the MCP tools once. An item is a res
 resets its own session with the same seed, so the group shares its task. One episode: ``reset`` -> the observation
 as the user message -> the policy's turn; a turn with tool calls is answered by ``tools/call`` in the session
 (``tool`` messages), a turn without is the Action of a ``step``, whose observation is the next user message until
-``done`` or ``max_turns``. The score aggregates the steps' rewards (``rewards``).
+``done`` or ``max_turns``. The score aggregates the steps' rewards (``rewards``). Sessions open within the
+server's ``max_concurrent_envs`` (``slots``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from hermes_nb.frameworks.openenv.rewards import episode_score
 from hermes_nb.frameworks.openenv.server import ServerProcess, start_server
 from hermes_nb.frameworks.openenv.session import OpenEnvSession, SessionError, StepResult
 from hermes_nb.frameworks.openenv.settings import OpenEnvSettings
+from hermes_nb.frameworks.openenv.slots import SessionSlots
 from hermes_nb.protocol.inference import ChatMessage, FunctionCall, ToolSpec
 
 # Observation fields every OpenEnv observation has; never the text of a message.
@@ -56,8 +58,10 @@ class OpenEnvAgentEnv(AgentEnv):
     url = ""
     action_field = ""
     tool_specs: list[ToolSpec]
+    slots: SessionSlots
 
     async def setup(self) -> None:
+        self.slots = SessionSlots()
         self.url = self.config.server_url or ""
         if not self.url:
             file = os.environ.get(FILE_VAR, "")
@@ -117,6 +121,10 @@ class OpenEnvAgentEnv(AgentEnv):
         )  # fmt: skip
 
     async def play_episode(self, item: QAItem, temperature: float) -> OpenEnvEpisode:
+        """One episode in its own session, within the server's session capacity (``slots``)."""
+        return await self.slots.run(lambda: self._play_session(item, temperature))
+
+    async def _play_session(self, item: QAItem, temperature: float) -> OpenEnvEpisode:
         async with OpenEnvSession(self.url) as session:
             first = await session.reset(seed=item.metadata["seed"])
             episode = self._episode([self.observation_message(first)])

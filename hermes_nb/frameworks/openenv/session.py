@@ -36,6 +36,14 @@ class SessionError(HermesNBError):
     """The OpenEnv server answered an error, or the session broke (the server closed it or died)."""
 
 
+class CapacityReached(SessionError):
+    """The server holds ``max_sessions`` sessions already (its ``max_concurrent_envs``) and refused one more."""
+
+    def __init__(self, message: str, max_sessions: int) -> None:
+        super().__init__(message)
+        self.max_sessions = max_sessions
+
+
 class StepResult(BaseModel):
     """One ``observation`` answer: the observation's own fields, its reward (``None``: none this step), done."""
 
@@ -148,8 +156,11 @@ class OpenEnvSession:
         if self._connection is None:
             raise SessionError("the OpenEnv session is not open (use it as `async with`)")
         kind = message["type"]
-        try:
+        # A server that refuses the session (full) sends its error and closes: the send may then fail, and the
+        # error is still there to read.
+        with contextlib.suppress(ConnectionClosed):
             await self._connection.send(json.dumps(message))
+        try:
             raw = await asyncio.wait_for(self._connection.recv(), self.timeout_s)
         except ConnectionClosed as exc:
             raise SessionError(
@@ -172,6 +183,8 @@ class OpenEnvSession:
         if not isinstance(data, dict):
             raise SessionError(f"the OpenEnv server at {self.base_url} answered {kind} without data: {answer!r:.300}")
         if answer.get("type") == "error":
+            if data.get("code") == CAPACITY_REACHED and isinstance(data.get("max_sessions"), int):
+                raise CapacityReached(self._error_text(kind, data), data["max_sessions"])
             raise SessionError(self._error_text(kind, data))
         if answer.get("type") != expected:
             raise SessionError(f"the OpenEnv server at {self.base_url} answered {kind} with {answer.get('type')!r}")
