@@ -22,7 +22,7 @@ from hermes_nb.runs.sweeps import known_sweep_ids, read_sweep
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "sweep.ipynb"
 CELL_TIMEOUT_S = 600
-# Four runs of a few steps, one after another; each run's start-up (three processes) is most of it.
+# Four runs of a few steps, two at a time; each run's start-up (three processes) is most of it.
 STEPS = 3
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2 * CELL_TIMEOUT_S)]
