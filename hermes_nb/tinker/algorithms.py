@@ -8,8 +8,9 @@ inside the server's loss does not: Tinker computes its own losses by name and su
 SkyRL 0.3.0, the self-hosted server this is tested against, wires only ``cross_entropy`` and
 ``importance_sampling`` (and ``ppo`` where the hosted service serves it). So these are refused, naming the field
 and the server: another aggregation, the sequence-level ratio (GSPO), ``cispo``, the mismatch correction (it needs
-a ratio of the trainer's to the sampler's logprobs inside the loss) and the KL penalty (tinker-cookbook folds a
-reference model's ``compute_logprobs`` into the advantages; not wired here yet).
+a ratio of the trainer's to the sampler's logprobs inside the loss). The KL penalty goes the way tinker-cookbook
+takes it: the base model's ``compute_logprobs`` (a sampling client of the server's) folded into the advantages as
+a k1 penalty, so ``kl_estimator`` must be k1 there and the reference is the base model.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from hermes_nb.config import TrainerConfig
 TINKER_LOSSES = ("importance_sampling", "ppo")
 # The aggregations Tinker's summed loss reproduces with the token-mean scaling of ``hermes_nb.tinker.datums``.
 TINKER_AGGREGATIONS = ("dapo", "bnpo")
+# The KL penalty on Tinker: the base model's compute_logprobs against the sampled tokens' logprobs, folded into the
+# advantages (hermes_nb.tinker.datums.with_kl_penalty): a reward penalty, which is k1's estimate.
+TINKER_KL_ESTIMATOR = "k1"
 
 
 def tinker_field_problem(trainer: TrainerConfig, server: str) -> str | None:
@@ -42,9 +46,15 @@ def tinker_field_problem(trainer: TrainerConfig, server: str) -> str | None:
             f"trainer.importance_sampling_cap: {where} has no truncated importance sampling in its losses; "
             "leave it unset, or use trainer.backend: local"
         )
-    if trainer.beta > 0:
+    if trainer.beta > 0 and trainer.kl_estimator != TINKER_KL_ESTIMATOR:
         return (
-            f"trainer.beta: a KL penalty to a reference policy is not available on {where} from hermes-nb yet; "
-            "set beta: 0, or use trainer.backend: local"
+            f"trainer.kl_estimator: {trainer.kl_estimator!r}: on {where} the KL penalty is folded into the "
+            f"advantages as a {TINKER_KL_ESTIMATOR} penalty (tinker-cookbook's); set kl_estimator: "
+            f"{TINKER_KL_ESTIMATOR}, or use trainer.backend: local"
+        )
+    if trainer.beta > 0 and trainer.reference_model is not None:
+        return (
+            f"trainer.reference_model: on {where} the KL's reference is the base model the server samples; "
+            "leave reference_model unset, or use trainer.backend: local"
         )
     return None

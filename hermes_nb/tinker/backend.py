@@ -15,6 +15,7 @@ model's ``config.json`` and tokenizer, so that resume, transfer and ``rl_test_in
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import shutil
 import threading
@@ -47,6 +48,10 @@ from hermes_nb.tinker.engine import SamplingStats, TinkerSampler
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
 
 logger = logging.getLogger(__name__)
+
+# compute_logprobs calls of the KL reference in flight at once: a batch's sequences are scored together, as the
+# sampler's requests are, without opening a connection per sequence.
+REFERENCE_CALLS_IN_FLIGHT = 16
 
 
 def sampler_weights_path(path: str) -> str:
@@ -102,6 +107,7 @@ class TinkerBackend:
         self._info_lock = threading.Lock()
         # Set by ``watch`` when the server stayed away while the trainer waited for a batch.
         self.fault: TinkerError | None = None
+        self._reference: Any = None  # the KL reference's sampling client, made when first asked for
         self.calls.on_retry = self.write_info
         if config.infra.init_weights:
             self._load_initial_weights(Path(config.infra.init_weights))
@@ -146,17 +152,38 @@ class TinkerBackend:
         output = self.calls.wait("forward", lambda: self.training.forward(data=batch, loss_fn="cross_entropy"))
         return tinker_datums.returned_logprobs(output)
 
+    def _reference_client(self) -> Any:
+        """A sampling client of the base model (the frozen reference of the KL penalty), made on first use."""
+        if self._reference is None:
+            self._reference = self.calls.wait(
+                "create_sampling_client",
+                lambda: in_thread(lambda: self.service.create_sampling_client(base_model=self.base_model)),
+            )
+        return self._reference
+
     def reference_forward(self, data: list[Datum]) -> list[list[float]]:
-        raise TinkerError(
-            "trainer.beta: the Tinker backend has no reference policy to score against here; set beta: 0 or "
-            "trainer.backend: local"
-        )
+        """The base model's logprobs of each datum's targets, by the server's ``compute_logprobs`` (as
+        tinker-cookbook scores its KL reference), the sequences in flight together."""
+        client = self._reference_client()
+        tinker = self._tinker
+
+        def score(datum: Datum) -> list[float]:
+            prompt = tinker.ModelInput.from_ints(tokens=tinker_datums.reference_prompt(datum))
+            answer = self.calls.wait("compute_logprobs", lambda: client.compute_logprobs(prompt))
+            return tinker_datums.aligned_reference_logprobs(datum, answer)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=REFERENCE_CALLS_IN_FLIGHT) as pool:
+            return list(pool.map(score, data))
 
     def forward_backward(
         self, data: list[Datum], loss_fn: str, loss_fn_config: LossConfig | None = None
     ) -> ForwardBackwardOutput:
         if not data or tinker_datums.total_trained_tokens(data) == 0:
             return ForwardBackwardOutput(loss=0.0, num_trained_tokens=0)
+        penalty = loss_fn_config.beta if loss_fn_config is not None else 0.0
+        if loss_fn_config is not None and penalty > 0:
+            data = tinker_datums.with_kl_penalty(data, penalty)
+            loss_fn_config = loss_fn_config.model_copy(update={"beta": 0.0})  # the penalty is in the advantages now
         batch = tinker_datums.to_tinker(self._tinker, data)
         options = tinker_datums.loss_fn_config(loss_fn, loss_fn_config)
         output = self.calls.wait(
@@ -164,6 +191,8 @@ class TinkerBackend:
             lambda: self.training.forward_backward(data=batch, loss_fn=loss_fn, loss_fn_config=options),
         )
         result = tinker_datums.step_output(data, tinker_datums.returned_logprobs(output), loss_fn, loss_fn_config)
+        if penalty > 0:
+            result.metrics["kl"] = tinker_datums.mean_sampled_kl(data)
         self.tokens_trained += result.num_trained_tokens
         return result
 

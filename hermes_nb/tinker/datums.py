@@ -34,6 +34,39 @@ def loss_inputs(datum: Datum, scale: float) -> dict[str, list[float] | list[int]
     }
 
 
+def sampled_kl_T(datum: Datum) -> list[float]:
+    """Per position, ``log p_sampler - log p_reference`` of the sampled token (k1's sample of the KL); 0.0 where
+    nothing is trained. Needs ``reference_logprobs_T``."""
+    assert datum.reference_logprobs_T is not None
+    return [
+        s - r if w > 0 else 0.0
+        for s, r, w in zip(datum.sampling_logprobs_T, datum.reference_logprobs_T, datum.weights_T, strict=True)
+    ]
+
+
+def mean_sampled_kl(data: list[Datum]) -> float:
+    """The batch's mean k1 sample of the KL over its trained tokens."""
+    total = total_trained_tokens(data)
+    return sum(sum(sampled_kl_T(d)) for d in data) / total if total else 0.0
+
+
+def with_kl_penalty(data: list[Datum], beta: float) -> list[Datum]:
+    """The KL penalty as Tinker can take it, folded into the advantages (tinker-cookbook's
+    ``incorporate_kl_penalty``): each trained token's advantage gains ``beta * (mean_kl - kl_t)``, with ``kl_t`` the
+    token's ``log p_sampler - log p_reference``. A policy-gradient step on that reward is a step down the KL (k1 as a
+    reward penalty); centring on the batch's mean leaves the advantages' mean where it was."""
+    mean = mean_sampled_kl(data)
+    shaped = []
+    for datum in data:
+        kl_T = sampled_kl_T(datum)
+        advantages = [
+            a + beta * (mean - kl) if w > 0 else a
+            for a, kl, w in zip(datum.advantages_T, kl_T, datum.weights_T, strict=True)
+        ]
+        shaped.append(datum.model_copy(update={"advantages_T": advantages}))
+    return shaped
+
+
 def to_tinker(tinker: Any, data: list[Datum]) -> list[Any]:
     """``tinker.Datum`` for each datum, advantages scaled to the batch's token-mean."""
     total = total_trained_tokens(data)
@@ -45,6 +78,25 @@ def to_tinker(tinker: Any, data: list[Datum]) -> list[Any]:
         )
         for d in data
     ]
+
+
+def reference_prompt(datum: Datum) -> list[int]:
+    """The whole sequence of a datum (its inputs and the last target), as ``compute_logprobs`` scores it."""
+    return [*datum.input_tokens_T, datum.target_tokens_T[-1]]
+
+
+def aligned_reference_logprobs(datum: Datum, prompt_logprobs: list[float | None]) -> list[float]:
+    """``compute_logprobs``'s answer aligned with the datum's targets: position ``t`` is the logprob of
+    ``target_tokens_T[t]``. The SDK documents one value per token of the sequence, None for the first (nothing
+    predicts it); SkyRL 0.3.0 leaves that first one out. Either shape is read; any other is refused."""
+    targets = len(datum.target_tokens_T)
+    if len(prompt_logprobs) == targets + 1:
+        prompt_logprobs = prompt_logprobs[1:]
+    if len(prompt_logprobs) != targets:
+        raise ValueError(
+            f"compute_logprobs returned {len(prompt_logprobs)} values for a sequence of {targets + 1} tokens"
+        )
+    return [float(v) if v is not None else 0.0 for v in prompt_logprobs]
 
 
 def to_tinker_forward(tinker: Any, data: list[Datum]) -> list[Any]:

@@ -34,7 +34,7 @@ from hermes_nb.api import (
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import TinkerError, TransferError
 from hermes_nb.protocol.checkpoints import read_checkpoints
-from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT
+from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, TRAIN_KL
 from hermes_nb.protocol.tinker import read_checkpoint
 from hermes_nb.runs.registry import known_run_ids
 from hermes_nb.runs.results import StartResult
@@ -305,7 +305,7 @@ def test_an_unknown_base_model_is_refused_listing_what_the_server_offers(on_tink
         ({"trainer.loss_type": "dr_grpo"}, "trainer.loss_type: 'dr_grpo'"),
         ({"trainer.importance_sampling_level": "sequence"}, "trainer.importance_sampling_level: 'sequence'"),
         ({"trainer.importance_sampling_cap": 3.0}, "trainer.importance_sampling_cap"),
-        ({"trainer.beta": 0.04}, "trainer.beta"),
+        ({"trainer.beta": 0.04}, "trainer.kl_estimator: 'k3'"),
     ],
 )
 def test_an_algorithm_the_tinker_server_cannot_compute_is_refused_before_the_run_starts(
@@ -317,6 +317,20 @@ def test_an_algorithm_the_tinker_server_cannot_compute_is_refused_before_the_run
 
     assert named in str(refused.value) and f"the Tinker server at {on_tinker.url}" in str(refused.value)
     assert set(known_run_ids()) == before  # nothing was created
+
+
+def test_a_kl_penalty_on_tinker_scores_the_base_model_on_the_server_and_logs_a_finite_kl(
+    on_tinker: SkyrlServer,
+) -> None:
+    start = run(rl_start_training(**{**SHORT_RUN, "trainer.beta": 0.05, "trainer.kl_estimator": "k1"}))
+    status = wait_for_status(start.run_id, lambda s: s.is_terminal, RUN_TIMEOUT)
+    assert status.status == "completed", f"{status.error}\n{on_tinker.log_tail()}"
+
+    kl = [row[TRAIN_KL] for row in run(rl_get_results(start.run_id)).history if TRAIN_KL in row]
+    assert kl and all(finite(v) for v in kl), kl
+    # Step 1 samples the base model, which is the reference: the sampler's and the server's scoring of the same
+    # tokens agree to rounding, so the KL sample is ~0 there.
+    assert abs(kl[0]) < 0.05, kl
 
 
 def test_a_stopped_run_on_tinker_resumes_its_steps_and_optimizer(on_tinker: SkyrlServer) -> None:
