@@ -33,8 +33,9 @@ from hermes_nb.system.devices import resolve_hardware
 # vLLM's share of GPU memory (weights, activations, KV cache) when it shares the device with the trainer, which
 # holds the float32 weights, their gradients and two Adam moments (~4x the vLLM weights) besides activations.
 GPU_MEMORY_UTILIZATION = 0.4
-# vLLM's KV cache on a CPU (its CPU build reserves a fixed size instead of a fraction of free memory).
-CPU_KV_CACHE_BYTES = 256 * 2**20
+# vLLM's KV cache on a CPU (its CPU build reserves a fixed size instead of a fraction of free memory), unless
+# vLLM's own VLLM_CPU_KVCACHE_SPACE (GiB) is set: 1 GiB holds a 128-row wave of a ~120M model's rows.
+CPU_KV_CACHE_BYTES = 2**30
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
@@ -71,11 +72,9 @@ class VLLMEngine(InferenceEngine):
         from vllm import LLM
 
         on_cpu = self._hardware.device.type == "cpu"
-        memory: dict[str, Any] = (
-            {"kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
-            if on_cpu
-            else {"gpu_memory_utilization": GPU_MEMORY_UTILIZATION}
-        )
+        memory: dict[str, Any] = {"gpu_memory_utilization": GPU_MEMORY_UTILIZATION}
+        if on_cpu:
+            memory = {} if os.environ.get("VLLM_CPU_KVCACHE_SPACE") else {"kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
         return LLM(
             model=str(self._model_dir),
             dtype=_DTYPES[self._hardware.dtype],

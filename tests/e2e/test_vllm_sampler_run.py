@@ -89,3 +89,27 @@ def test_kill_9_of_the_process_holding_vllm_fails_the_run_naming_it() -> None:
     assert status.failed_process == "trainer"
     assert status.error is not None and "trainer" in status.error and "SIGKILL" in status.error
     assert alive_after([p.pid for p in family], 20.0) == [], survivors(family)
+
+
+def test_a_stopped_vllm_run_resumes_on_vllm_from_its_stop_checkpoint() -> None:
+    """Stop saves a checkpoint and leaves nothing running; the resumed run loads it into vLLM (its policy is the
+    checkpoint's, not the base model's) and continues the step count."""
+    run(rl_select_environment("arithmetic"))
+    first = run(rl_start_training(**{**RUN, "total_steps": 2000}))
+    wait_for_status(first.run_id, lambda s: s.step >= 3, COMPLETE_TIMEOUT_S)
+    supervisor = psutil.Process(run_pids(first.run_id)["supervisor"])
+    family = [supervisor, *supervisor.children(recursive=True)]
+    stopped = run(rl_stop_training(first.run_id))
+    assert stopped.status == "stopped" and stopped.final_checkpoint is not None
+    assert survivors(family) == []
+    stop_step = int(Path(stopped.final_checkpoint).name.removeprefix("step_"))
+
+    resumed = run(rl_start_training(**{**RUN, "resume_from": first.run_id, "total_steps": stop_step + 3}))
+    status = wait_for_status(resumed.run_id, lambda s: s.is_terminal, COMPLETE_TIMEOUT_S)
+
+    assert status.status == "completed", f"{status.error}\n" + "\n".join(status.log_tail)
+    ratios = _ratio_means(Path(resumed.run_dir))
+    assert sorted(ratios) == [stop_step + 1, stop_step + 2, stop_step + 3]
+    # Like any first step, the first resumed one trains on groups of the weights it starts with, which vLLM was
+    # given at publish (the restored model's state dict): p / q is 1 up to rounding.
+    assert abs(ratios[stop_step + 1] - 1.0) <= 0.01, ratios
