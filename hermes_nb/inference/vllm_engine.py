@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +70,22 @@ class VLLMEngine(InferenceEngine):
         # In-process engine: the sampler thread drives it, weights go in as tensors, and a kill of this process
         # leaves no engine process behind.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        from vllm import LLM
-
         on_cpu = self._hardware.device.type == "cpu"
         memory: dict[str, Any] = {"gpu_memory_utilization": GPU_MEMORY_UTILIZATION}
         if on_cpu:
             memory = {} if os.environ.get("VLLM_CPU_KVCACHE_SPACE") else {"kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
+        # LLM(seed=...) seeds the process's Python and torch generators, which here are the trainer's (restored
+        # from a checkpoint on resume): they are put back as they were.
+        python_state = random.getstate()
+        cuda = [torch.cuda.current_device()] if self._hardware.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda):
+            llm = self._llm_for(on_cpu, memory)
+        random.setstate(python_state)
+        return llm
+
+    def _llm_for(self, on_cpu: bool, memory: dict[str, Any]) -> Any:
+        from vllm import LLM
+
         return LLM(
             model=str(self._model_dir),
             dtype=_DTYPES[self._hardware.dtype],

@@ -22,7 +22,7 @@ from hermes_nb.syncio import run_sync
 # distribution (temperature or top-p applied or not moves them by 0.1 and more).
 LOGPROB_TOLERANCE = 1e-4
 CHECK = REPO_ROOT / "tests" / "fixtures" / "vllm_engine_check.py"
-MODEL = REPO_ROOT / "hermes_nb" / "assets" / "base_model"
+MODEL = REPO_ROOT / "hermes_nb" / "assets" / "chat_model"  # Qwen3, its template renders tools
 
 
 @pytest.mark.timeout(600)
@@ -41,6 +41,10 @@ def test_vllm_logprobs_match_the_trainer_forward_and_follow_weight_updates() -> 
     assert set(result["greedy_logprobs"]) == {0.0}  # a greedy row draws from a point mass, as the native sampler's
     assert (result["version"], result["version_after"]) == (0, 1)
     assert result["weight_loads"] == 2  # the published policy, then the update
+    # The run's server in front of it, unchanged: /generate in hermes-nb's shape and vLLM's, chat with tools.
+    assert result["ours_rows"] == [True] * 4 and result["ours_version"] == 1
+    assert result["vllm_shape_rows"] == 3
+    assert result["chat_status"] == 200 and result["chat_tokens"] > 0 and result["chat_prompt_tokens"] > 0
 
 
 def test_a_vllm_run_whose_python_cannot_import_vllm_is_refused_before_start(
