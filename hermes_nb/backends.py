@@ -41,14 +41,22 @@ def make_backend(config: RunConfig) -> TrainingBackend:
 
 def make_engine(config: RunConfig) -> Any:
     """The inference engine that serves the run's policy for ``trainer.backend``: batched local sampling
-    (``InferenceEngine``), or forwarding to Tinker's sampler (``TinkerEngine``); both publish and sample alike."""
+    (``InferenceEngine``, or ``VLLMEngine`` for ``infra.sampler: vllm``), or forwarding to Tinker's sampler
+    (``TinkerEngine``); all publish and sample alike."""
     if config.trainer.backend == "tinker":
         from hermes_nb.tinker.engine import TinkerEngine
 
         return TinkerEngine()
+    trainer = config.trainer
+    if config.infra.sampler == "vllm":
+        # Chosen at start (hermes_nb.runs.sampler_choice), which also put this process under the vLLM Python.
+        from hermes_nb.inference.vllm_engine import VLLMEngine
+
+        model_dir = model_dir_for(trainer.base_model)
+        return VLLMEngine(model_dir, device=trainer.device, dtype=trainer.dtype, seed=trainer.seed)
     from hermes_nb.inference.engine import InferenceEngine
 
-    return InferenceEngine(seed=config.trainer.seed)
+    return InferenceEngine(seed=trainer.seed)
 
 
 PARTS = BackendParts(make_backend=make_backend, make_engine=make_engine)

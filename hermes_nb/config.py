@@ -49,6 +49,9 @@ ALGORITHM_FIELDS = (
     "importance_sampling_cap",
 )
 BackendName = Literal["local", "tinker"]
+# Which engine samples for a local run (hermes_nb.runs.sampler_choice decides auto; the launcher records the outcome
+# in infra.sampler).
+SamplerName = Literal["auto", "native", "vllm"]
 WandbMode = Literal["auto", "online", "offline", "disabled"]
 # What an environment is written against: the name of a registered framework adapter (hermes_nb.frameworks.registry:
 # hermes-nb's own BaseEnv, atroposlib's, or one registered from outside), checked against the registry where it is
@@ -213,6 +216,14 @@ class TrainerConfig(BaseModel):
             "float32, bfloat16 or float16. Trained weights and Adam state stay float32."
         ),
     )
+    sampler: SamplerName = Field(
+        default="auto",
+        description=(
+            "What samples the policy (local backend): native (hermes-nb's batched sampler), vllm (vLLM in the "
+            "trainer process, run under HERMES_NB_VLLM_PYTHON), or auto (vllm when that Python imports it and the "
+            "device is CUDA, else native)."
+        ),
+    )
     gradient_checkpointing: bool = Field(
         default=False,
         description="Recompute activations in the backward pass: less memory, more compute (local backend).",
@@ -356,6 +367,10 @@ class InfraConfig(BaseModel):
     # The Python that runs the environment when its framework's is not hermes-nb's own (an atroposlib one:
     # HERMES_NB_ENV_PYTHON), as checked at start (hermes_nb.frameworks).
     env_python: str | None = None
+    # The sampler trainer.sampler resolved to, and the Python that runs the trainer (vLLM's venv for vllm; None: the
+    # interpreter running hermes-nb), as checked at start (hermes_nb.runs.sampler_choice).
+    sampler: Literal["native", "vllm"] = "native"
+    trainer_python: str | None = None
 
 
 class EnvironmentNeeds(BaseModel):

@@ -5,14 +5,16 @@
 #
 #   sh scripts/side_env.sh NAME        prints the environment's python on the last line
 #
-# The requirements file's first line may name the interpreter: "# python: 3.12". The build is cached: a stamp holds
-# the hash of the requirements file and the interpreter version, so a changed pin rebuilds it and an unchanged one
-# costs nothing. A failed build leaves no stamp, so the next call starts over.
+# The requirements file's first line may name the interpreter: "# python: 3.12"; an "# uninstall: A B" line names
+# packages removed after the install (a dependency pip insists on that breaks the environment's imports). The build
+# is cached: a stamp holds the hash of the requirements file and the interpreter version, so a changed pin rebuilds
+# it and an unchanged one costs nothing. A failed build leaves no stamp, so the next call starts over.
 set -eu
 name="$1"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 requirements="$root/scripts/side_envs/$name.txt"
-target="$root/.venvs/$name"
+# SIDE_ENVS_DIR: where side environments live (default .venvs), e.g. to build a new one beside a shared .venvs.
+target="${SIDE_ENVS_DIR:-$root/.venvs}/$name"
 [ -f "$requirements" ] || { echo "side_env: no $requirements (known: $(ls "$root/scripts/side_envs"))" >&2; exit 2; }
 
 version="$(sed -n 's/^# python: *//p' "$requirements" | head -n 1)"
@@ -40,5 +42,8 @@ rm -rf "$target"
 "$interpreter" -m venv "$target"
 "$target/bin/python" -m pip install -q --upgrade pip >&2
 "$target/bin/python" -m pip install -q -r "$requirements" >&2
+unwanted="$(sed -n 's/^# uninstall: *//p' "$requirements" | head -n 1)"
+# Word splitting wanted: the line is a list of package names.
+[ -z "$unwanted" ] || "$target/bin/python" -m pip uninstall -q -y $unwanted >&2
 echo "$stamp_value" > "$target/.stamp"
 echo "$target/bin/python"

@@ -109,12 +109,16 @@ class InferenceEngine:
         if pending is None:
             return policy
         weights, version = pending
-        policy.model.load_state_dict(weights)
+        self._load_weights(policy, weights)
         policy = dataclasses.replace(policy, version=version)
         with self._weights_lock:
             if self._policy is not None and self._policy.model is policy.model:
                 self._policy = policy
         return policy
+
+    def _load_weights(self, policy: Policy, weights: dict[str, torch.Tensor]) -> None:
+        """Copy ``weights`` into what generates (sampler thread only, between batches): here the policy's model."""
+        policy.model.load_state_dict(weights)
 
     async def sample(self, rows: list[SampleRow]) -> tuple[list[RowResult], int]:
         """Generate ``rows`` (merged with concurrent requests); returns results and the policy version."""

@@ -20,6 +20,7 @@ from hermes_nb.protocol.run_state import RunState
 from hermes_nb.runs.external_trajectory_api import unusable_reason
 from hermes_nb.runs.ids import new_run_id
 from hermes_nb.runs.ports import pick_ports, with_ports
+from hermes_nb.runs.sampler_choice import choose_sampler
 from hermes_nb.runs.state_file import write_run_state
 from hermes_nb.runs.transfer import resolve_transfer
 from hermes_nb.system import home, secrets
@@ -43,6 +44,7 @@ def validate_for_start(config: RunConfig) -> None:
         model_dir_for(config.trainer.base_model)
         check_device(config.trainer.device)  # a CUDA device this machine lacks (imports torch only for cuda)
         check_tools_rendered(config)
+    choose_sampler(config)  # a vLLM the run needs and its Python cannot import: refused here
     if config.trainer.backend == "tinker":
         from hermes_nb.tinker.preflight import check_before_start
 
@@ -105,6 +107,7 @@ def resolve_infrastructure(config: RunConfig, run_id: str, paths: RunPaths) -> R
     """Fill the locked fields: loopback URLs on free ports, directories, tokenizer = base model."""
     config = with_ports(config, *pick_ports())
     base_model = str(base_model_dir(config.trainer.base_model))
+    sampler = choose_sampler(config)
     infra = config.infra.model_copy(
         update={
             "run_id": run_id,
@@ -113,6 +116,8 @@ def resolve_infrastructure(config: RunConfig, run_id: str, paths: RunPaths) -> R
             "checkpoint_dir": str(paths.checkpoints_dir),
             "tokenizer_name": base_model,
             "env_python": _env_python(config),
+            "sampler": sampler.sampler,
+            "trainer_python": sampler.python,
         }
     )
     env = {**config.env, **locked_env_values(infra, base_model)}

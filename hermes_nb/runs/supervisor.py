@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from hermes_nb.atropos.interpreter import env_python_environment
 from hermes_nb.config import RunConfig
 from hermes_nb.frameworks import registry
 from hermes_nb.frameworks.contract import ChildCommand, ServeRequest
@@ -161,13 +162,18 @@ class Supervisor:
         for these ports by ``start_all``)."""
         table: dict[str, Callable[[dict[str, str]], ChildCommand]] = {
             "api": lambda base: ChildCommand(argv=self.api_form.command(self.config), environment=base),
-            "trainer": lambda base: ChildCommand(
-                argv=[sys.executable, "-m", "hermes_nb.trainer", "--config", str(self.paths.config)],
-                environment=base,
-            ),
+            "trainer": self.trainer_command,
             "env": self.env_command,
         }
         return table[name](self.environment_for(name))
+
+    def trainer_command(self, base: dict[str, str]) -> ChildCommand:
+        """The trainer, under the vLLM Python when its sampler is vLLM in another venv (``infra.trainer_python``,
+        checked at start: ``hermes_nb.runs.sampler_choice``), which imports ``hermes_nb`` through the package link."""
+        python = self.config.infra.trainer_python
+        environment = base if python is None else env_python_environment(base)
+        argv = [python or sys.executable, "-m", "hermes_nb.trainer", "--config", str(self.paths.config)]
+        return ChildCommand(argv=argv, environment=environment)
 
     def env_command(self, base: dict[str, str]) -> ChildCommand:
         env_ref = self.config.environment
