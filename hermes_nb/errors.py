@@ -29,6 +29,7 @@ Errors that belong to one part are defined beside it (a file name after the clas
       ServerError (frameworks/openenv/server.py)
       ServerStartError (inference/local.py)
       SessionError (frameworks/openenv/session.py)
+        CapacityReached (frameworks/openenv/session.py)
       TinkerError
       TokenizerUnavailable (env/text_tokens.py)
       TrajectoryAPIError

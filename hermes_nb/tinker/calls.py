@@ -61,6 +61,7 @@ SDK_CALLS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("ServiceClient", "get_server_capabilities", ()),
     ("ServiceClient", "create_lora_training_client", ("base_model", "rank", "seed")),
     ("ServiceClient", "create_sampling_client", ("model_path",)),
+    ("ServiceClient", "create_sampling_client", ("base_model",)),  # the KL penalty's reference
     ("ServiceClient", "create_rest_client", ()),
     ("TrainingClient", "forward", ("data", "loss_fn")),
     ("TrainingClient", "forward_backward", ("data", "loss_fn", "loss_fn_config")),
@@ -72,6 +73,7 @@ SDK_CALLS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("TrainingClient", "save_weights_and_get_sampling_client", ()),
     ("TrainingClient", "get_tokenizer", ()),
     ("SamplingClient", "sample", ("prompt", "num_samples", "sampling_params")),
+    ("SamplingClient", "compute_logprobs", ()),
     ("ModelInput", "from_ints", ("tokens",)),
     ("Datum", "__init__", ("model_input", "loss_fn_inputs")),
     ("AdamParams", "__init__", ("learning_rate", "beta1", "beta2", "eps", "weight_decay", "grad_clip_norm")),
