@@ -27,13 +27,13 @@ from typing import Any
 
 import pytest
 import torch
+from ci import skip_or_fail
 
 from hermes_nb.config import embedded_base_model_dir
 from hermes_nb.testing import TOKENIZER_FILES
 from hermes_nb.trainer.local_backend import LocalBackend
 from hermes_nb.trainer.packing import can_pack, pack
 from hermes_nb.trainer.types import Datum, LossConfig
-from tests.ci import skip_or_fail
 
 try:
     import trl

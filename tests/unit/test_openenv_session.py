@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ci import skip_or_fail
 
 from hermes_nb.atropos.interpreter import env_python_environment
-from tests.ci import skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENENV_PYTHON = ROOT / ".venvs" / "openenv" / "bin" / "python"
