@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter, StrMethodFormatter
 from notebook_runs import append_eval_row, append_trainer_rows, make_run, set_status, trainer_row
 from PIL import Image
+from plot_checks import assert_same_as_a_full_draw
 
 from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook.live_plot import LivePlot
@@ -407,21 +408,6 @@ def rising_rows(run: int, steps: range) -> list[MetricsRow]:
 
 def point(step: int, key: str, value: float) -> MetricsRow:
     return MetricsRow(step=step, time=float(step), values={key: value})
-
-
-def assert_same_as_a_full_draw(figure: MetricsFigure, png: bytes) -> None:
-    canvas = figure.figure.canvas
-    canvas.draw()  # matplotlib's own full draw: everything but the animated artists, then those
-    for ax in figure.figure.axes:
-        for artist in ax.get_children():
-            if artist.get_animated() and artist.get_visible():
-                ax.draw_artist(artist)
-    full = np.asarray(canvas.buffer_rgba())[..., :3].astype(int)  # type: ignore[attr-defined]
-    ours = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
-    # Only the blend where two faint grid lines cross may differ (by rounding): matplotlib draws the step axis
-    # first, the figure the value axis.
-    worst = int(np.abs(ours - full).max())
-    assert worst <= 2
 
 
 def middle(figure: MetricsFigure, panel: int) -> float:

@@ -12,6 +12,7 @@ import pytest
 from matplotlib.colors import to_rgb
 from notebook_runs import make_run
 from PIL import Image
+from plot_checks import assert_same_as_a_full_draw
 
 from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook.live_plot import LivePlot
@@ -57,18 +58,6 @@ def trained(step: int, **extra: float) -> dict[str, float]:
 def run_with(run_id: str, **extra: float) -> None:
     make_run(run_id)
     write_rows(run_id, TRAINER_METRICS_FILE, [trained(step, **extra) for step in range(6)])
-
-
-def assert_same_as_a_full_draw(figure: MetricsFigure, png: bytes) -> None:
-    canvas = figure.figure.canvas
-    canvas.draw()  # matplotlib's own full draw: everything but the animated artists, then those
-    for ax in figure.figure.axes:
-        for artist in ax.get_children():
-            if artist.get_animated() and artist.get_visible():
-                ax.draw_artist(artist)
-    full = np.asarray(canvas.buffer_rgba())[..., :3].astype(int)  # type: ignore[attr-defined]
-    ours = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
-    assert int(np.abs(ours - full).max()) <= 2  # where two faint grid lines cross, rounding only
 
 
 def titles(plot: MetricsPlot) -> list[str]:
