@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from hermes_nb.config import base_model_dir
+from hermes_nb.config import TrainerConfig, base_model_dir
 from hermes_nb.inference.engine import InferenceEngine, Policy
 from hermes_nb.inference.sampler import SampleRow
 from hermes_nb.inference.vllm_engine import VLLMEngine
@@ -89,7 +89,13 @@ async def bench_size(size: str, root: Path, args: argparse.Namespace) -> dict[st
     parameters = sum(p.numel() for p in backend.model.parameters())
     engines: dict[str, Any] = {
         "native": InferenceEngine(seed=0),
-        "vllm": VLLMEngine(directory, device=args.device, dtype="auto", seed=0),
+        "vllm": VLLMEngine(
+            directory,
+            gpu_memory_utilization=TrainerConfig().vllm_gpu_memory_utilization,
+            device=args.device,
+            dtype="auto",
+            seed=0,
+        ),
     }
     for engine in engines.values():
         engine.publish(Policy(model=backend.sampler_model(), tokenizer=backend.tokenizer, version=0, name=size))

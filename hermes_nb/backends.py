@@ -53,7 +53,14 @@ def make_engine(config: RunConfig) -> Any:
         from hermes_nb.inference.vllm_engine import VLLMEngine
 
         model_dir = model_dir_for(trainer.base_model)
-        return VLLMEngine(model_dir, device=trainer.device, dtype=trainer.dtype, seed=trainer.seed)
+        return VLLMEngine(
+            model_dir,
+            gpu_memory_utilization=trainer.vllm_gpu_memory_utilization,
+            sleep_mode=trainer.vllm_sleep_mode,
+            device=trainer.device,
+            dtype=trainer.dtype,
+            seed=trainer.seed,
+        )
     from hermes_nb.inference.engine import InferenceEngine
 
     return InferenceEngine(seed=trainer.seed)

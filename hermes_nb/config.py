@@ -224,6 +224,25 @@ class TrainerConfig(BaseModel):
             "device is CUDA, else native)."
         ),
     )
+    # On one GPU the trainer holds the float32 weights, their gradients and two Adam moments (~4x what vLLM's copy
+    # of the weights takes) besides activations: vLLM gets less than half the device by default.
+    vllm_gpu_memory_utilization: float = Field(
+        default=0.4,
+        gt=0,
+        le=1,
+        description=(
+            "vLLM's share of the GPU's memory (its gpu_memory_utilization: weights, activations, KV cache), in "
+            "(0, 1]; the trainer uses the rest. Ignored on a CPU, where vLLM reserves a fixed KV cache."
+        ),
+    )
+    vllm_sleep_mode: bool = Field(
+        default=False,
+        description=(
+            "Put vLLM to sleep while the trainer computes a step (its sleep mode, level 1: weights offloaded to CPU "
+            "memory, KV cache freed) and wake it to sample: more GPU memory for training, no sampling during a "
+            "step. CUDA only (vLLM's CPU build refuses sleep mode)."
+        ),
+    )
     gradient_checkpointing: bool = Field(
         default=False,
         description="Recompute activations in the backward pass: less memory, more compute (local backend).",
@@ -311,6 +330,16 @@ def trainer_combination_problem(trainer: TrainerConfig) -> str | None:
         )
     if trainer.reference_model is not None and trainer.beta == 0:
         return "trainer.reference_model is the reference of the KL penalty, and trainer.beta is 0: set beta > 0"
+    if trainer.vllm_sleep_mode and trainer.sampler == "native":
+        return (
+            "trainer.vllm_sleep_mode puts vLLM to sleep during a step, and trainer.sampler: native does not run vLLM: "
+            "set sampler to vllm or auto, or leave vllm_sleep_mode false"
+        )
+    if trainer.vllm_sleep_mode and trainer.device == "cpu":
+        return (
+            "trainer.vllm_sleep_mode needs a CUDA device (vLLM's CPU build refuses sleep mode), and trainer.device is "
+            "cpu: set device to cuda or auto on a GPU, or leave vllm_sleep_mode false"
+        )
     return None
 
 

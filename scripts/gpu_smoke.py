@@ -1,6 +1,9 @@
 """A short real run on CUDA: ``rl_start_training`` with ``trainer.device: cuda``, asserted to complete.
 
     .venv/bin/python scripts/gpu_smoke.py [--steps 4] [--dtype auto] [--lora-rank 0] [--gradient-checkpointing]
+        [--sampler auto|native|vllm] [--vllm-gpu-memory-utilization 0.4] [--vllm-sleep-mode]
+
+(``--sampler vllm`` needs ``HERMES_NB_VLLM_PYTHON``: README, "On a GPU: vLLM as the sampler".)
 
 Trains the agent task (``calculator_agent`` on the embedded chat model, ``configs/agent.yaml``) when both are
 shipped, else ``arithmetic`` on the embedded base model, in a temporary ``HERMES_NB_HOME``. Checks that the run
@@ -38,6 +41,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="auto", help="trainer.dtype (default auto: bfloat16 on CUDA)")
     parser.add_argument("--lora-rank", type=int, default=0, help="trainer.lora_rank (default 0: full fine-tune)")
     parser.add_argument("--gradient-checkpointing", action="store_true", help="trainer.gradient_checkpointing")
+    parser.add_argument("--sampler", default="auto", help="trainer.sampler: auto, native or vllm (default auto)")
+    parser.add_argument("--vllm-gpu-memory-utilization", type=float, default=None, help="vLLM's share of the GPU")
+    parser.add_argument("--vllm-sleep-mode", action="store_true", help="trainer.vllm_sleep_mode")
     parser.add_argument("--timeout", type=float, default=480.0, help="seconds the run may take (default 480)")
     return parser.parse_args(argv)
 
@@ -72,8 +78,14 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "trainer.lora_rank": args.lora_rank,
         "trainer.gradient_checkpointing": args.gradient_checkpointing,
         "trainer.save_checkpoint_interval": 0,
+        "trainer.sampler": args.sampler,
+        "trainer.vllm_sleep_mode": args.vllm_sleep_mode,
         "wandb.mode": "disabled",
-    }
+    } | (
+        {}
+        if args.vllm_gpu_memory_utilization is None
+        else {"trainer.vllm_gpu_memory_utilization": args.vllm_gpu_memory_utilization}
+    )
 
 
 def wait_until_ended(run_id: str, timeout: float) -> Any:
@@ -90,8 +102,10 @@ def wait_until_ended(run_id: str, timeout: float) -> Any:
 
 def problems(run_id: str, status: Any, args: argparse.Namespace) -> list[str]:
     """What is wrong with the ended run: its status, its device, its losses, its checkpoint."""
+    from hermes_nb.config import RunConfig
     from hermes_nb.metrics.reader import read_metrics_file
     from hermes_nb.protocol.metrics import TRAIN_LOSS
+    from hermes_nb.protocol.run_files import CONFIG_FILE
     from hermes_nb.system.home import run_paths
 
     paths = run_paths(run_id)
@@ -103,6 +117,10 @@ def problems(run_id: str, status: Any, args: argparse.Namespace) -> list[str]:
     print(f"trainer: {said[0] if said else 'no device line in ' + str(paths.logs['trainer'])}")
     if not said or not said[0].replace("cuda:0", "cuda").startswith(args.device.replace("cuda:0", "cuda")):
         found.append(f"the trainer did not run on {args.device} ({paths.logs['trainer']})")
+    sampler = RunConfig.load(paths.run_dir / CONFIG_FILE).infra.sampler
+    print(f"sampler: {sampler}")
+    if args.sampler != "auto" and sampler != args.sampler:
+        found.append(f"the run sampled with {sampler}, not {args.sampler}")
     rows = read_metrics_file(paths.metrics).rows
     losses = [row.values[TRAIN_LOSS] for row in rows if TRAIN_LOSS in row.values]
     if len(rows) < args.steps or not all(math.isfinite(loss) for loss in losses):

@@ -14,6 +14,14 @@ after temperature and top-p, i.e. under the distribution it was drawn from (the 
 the native sampler reports it; greedy rows report 0.0 (a point mass), as there. Prefix caching is on (a group's
 prompt is computed once for its ``n`` rows) and is reset after every weight load: cached keys and values of the old
 weights must not serve the new ones.
+
+Memory on one GPU: vLLM takes ``trainer.vllm_gpu_memory_utilization`` of the device (weights, activations, KV
+cache), the trainer the rest. With ``trainer.vllm_sleep_mode`` the trainer puts vLLM to sleep (level 1: weights to
+CPU memory, KV cache freed) once it holds a batch and wakes it when it publishes the step's weights, so a step
+computes with vLLM's share free; batches wait while it sleeps. Level 2 (weights discarded) would spare the CPU copy,
+since every wake-up reloads the weights anyway, but any parameter the trainer's state dict does not name would wake
+as garbage; level 1 stays until a GPU run shows level 2 safe. Sleep, wake-up and generation take one lock, so none
+overlaps another.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +40,6 @@ from hermes_nb.inference.sampler import RowResult, SampleRow
 from hermes_nb.protocol.inference import FinishReason
 from hermes_nb.system.devices import resolve_hardware
 
-# vLLM's share of GPU memory (weights, activations, KV cache) when it shares the device with the trainer, which
-# holds the float32 weights, their gradients and two Adam moments (~4x the vLLM weights) besides activations.
-GPU_MEMORY_UTILIZATION = 0.4
 # vLLM's KV cache on a CPU (its CPU build reserves a fixed size instead of a fraction of free memory), unless
 # vLLM's own VLLM_CPU_KVCACHE_SPACE (GiB) is set: 1 GiB holds a 128-row wave of a ~120M model's rows.
 CPU_KV_CACHE_BYTES = 2**30
@@ -51,11 +57,26 @@ class ModelInfo:
 class VLLMEngine(InferenceEngine):
     """Holds the live policy in a vLLM engine; ``await engine.sample(rows)`` from the server's event loop."""
 
-    def __init__(self, model_dir: Path, *, device: str = "auto", dtype: str = "auto", seed: int = 0) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        gpu_memory_utilization: float,
+        sleep_mode: bool = False,
+        device: str = "auto",
+        dtype: str = "auto",
+        seed: int = 0,
+    ) -> None:
         super().__init__(seed=seed)
         self._model_dir = model_dir
         self._hardware = resolve_hardware(device, dtype)
+        self._gpu_memory_utilization = gpu_memory_utilization
+        self._sleep_mode = sleep_mode
         self._llm: Any = None
+        # Generation waits on it while vLLM sleeps; close() wakes the waiter so the sampler thread can end.
+        self._awake = threading.Condition(self._generator_lock)
+        self._asleep = False
+        self._closed = False
         self.weight_loads = 0
 
     def publish(self, policy: Policy) -> None:
@@ -71,7 +92,10 @@ class VLLMEngine(InferenceEngine):
         # leaves no engine process behind.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         on_cpu = self._hardware.device.type == "cpu"
-        memory: dict[str, Any] = {"gpu_memory_utilization": GPU_MEMORY_UTILIZATION}
+        memory: dict[str, Any] = {
+            "gpu_memory_utilization": self._gpu_memory_utilization,
+            "enable_sleep_mode": self._sleep_mode,
+        }
         if on_cpu:
             memory = {} if os.environ.get("VLLM_CPU_KVCACHE_SPACE") else {"kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
         # LLM(seed=...) seeds the process's Python and torch generators, which here are the trainer's (restored
@@ -99,6 +123,24 @@ class VLLMEngine(InferenceEngine):
             **memory,
         )
 
+    def sleep(self) -> None:
+        """Free vLLM's GPU memory for a training step (``sleep_mode`` only; after the running batch, if any)."""
+        if not self._sleep_mode or self._llm is None:
+            return
+        with self._awake:
+            if not self._asleep and not self._closed:
+                self._llm.sleep(level=1)
+                self._asleep = True
+
+    def publish_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """The parent's, and a sleeping vLLM woken: the next batch loads ``weights`` into it and samples."""
+        super().publish_weights(weights, version)
+        with self._awake:
+            if self._asleep:
+                self._llm.wake_up()
+                self._asleep = False
+                self._awake.notify_all()
+
     def _load_weights(self, policy: Policy, weights: dict[str, torch.Tensor]) -> None:
         self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights.items())})
         self._llm.reset_prefix_cache()
@@ -107,7 +149,10 @@ class VLLMEngine(InferenceEngine):
     def _generate(self, rows: list[SampleRow]) -> tuple[list[RowResult], int]:
         from vllm import TokensPrompt
 
-        with self._generator_lock:
+        with self._awake:
+            self._awake.wait_for(lambda: not self._asleep or self._closed)
+            if self._closed:
+                raise RuntimeError("the vLLM engine is closed")
             policy = self._current_policy()
             prompts = [TokensPrompt(prompt_token_ids=list(row.prompt)) for row in rows]
             outputs = self._llm.generate(prompts, [self._params(row) for row in rows], use_tqdm=False)
@@ -132,6 +177,12 @@ class VLLMEngine(InferenceEngine):
         )
 
     def close(self) -> None:
+        # Not under the lock, which a running batch holds: only a sampler thread waiting on a sleeping vLLM (which
+        # holds no lock while it waits) needs waking.
+        self._closed = True
+        if self._asleep:
+            with self._awake:
+                self._awake.notify_all()
         super().close()
         self._llm = None
 

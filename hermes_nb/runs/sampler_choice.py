@@ -80,10 +80,25 @@ def vllm_python() -> str:
 
 
 def choose_sampler(config: RunConfig) -> SamplerChoice:
-    """``trainer.sampler`` resolved; raises ``ConfigError`` naming the field for a vLLM that cannot run."""
+    """``trainer.sampler`` resolved; raises ``ConfigError`` naming the field for a vLLM that cannot run, and for
+    ``trainer.vllm_sleep_mode`` where the run would not sample with vLLM on CUDA (the config refuses it beside
+    ``device: cpu`` or ``sampler: native``; here ``auto`` is known)."""
+    choice, cuda = _resolved(config)
+    if config.trainer.vllm_sleep_mode and not (choice.sampler == "vllm" and cuda):
+        where = "vLLM where its Python sees no CUDA device" if choice.sampler == "vllm" else "the native sampler"
+        raise ConfigError(
+            f"trainer.vllm_sleep_mode needs vLLM on a CUDA device (vLLM's CPU build refuses sleep mode), and this run "
+            f"samples with {where} (trainer.sampler: {config.trainer.sampler}, trainer.device: "
+            f"{config.trainer.device}): leave vllm_sleep_mode false"
+        )
+    return choice
+
+
+def _resolved(config: RunConfig) -> tuple[SamplerChoice, bool]:
+    """The choice, and whether the vLLM Python sees CUDA (False where it was not asked)."""
     trainer = config.trainer
     if trainer.sampler == "native" or (trainer.sampler == "auto" and trainer.backend != "local"):
-        return SamplerChoice(sampler="native")
+        return SamplerChoice(sampler="native"), False
     if trainer.backend != "local":
         raise ConfigError(
             f"trainer.sampler: vllm needs trainer.backend: local (a {trainer.backend} run samples on its server); "
@@ -92,11 +107,11 @@ def choose_sampler(config: RunConfig) -> SamplerChoice:
     python = vllm_python()
     if trainer.sampler == "auto":
         if trainer.device == "cpu" or probe(python, "quick").problem is not None:
-            return SamplerChoice(sampler="native")
+            return SamplerChoice(sampler="native"), False
         found = probe(python, "full")
         if found.problem is not None or not found.cuda:
-            return SamplerChoice(sampler="native")
-        return SamplerChoice(sampler="vllm", python=_foreign(python))
+            return SamplerChoice(sampler="native"), False
+        return SamplerChoice(sampler="vllm", python=_foreign(python)), True
     found = probe(python, "full")
     if found.problem is not None:
         raise ConfigError(
@@ -104,7 +119,7 @@ def choose_sampler(config: RunConfig) -> SamplerChoice:
             f"{found.problem}. Install vLLM in a venv of its own: {INSTALL_COMMAND}; then set "
             f"{VLLM_PYTHON_VAR}=~/.venvs/vllm/bin/python, or set trainer.sampler to native"
         )
-    return SamplerChoice(sampler="vllm", python=_foreign(python))
+    return SamplerChoice(sampler="vllm", python=_foreign(python)), found.cuda
 
 
 def probe(python: str, depth: Literal["quick", "full"]) -> VLLMProbe:

@@ -305,9 +305,11 @@ def run_training(
     metrics: MetricsSink,
     publish: Publisher | None = None,
     start_step: int = 0,
+    pause_sampling: Callable[[], None] | None = None,
 ) -> LoopOutcome:
     """Train from ``start_step`` to ``settings.total_steps``; a set ``stop`` ends it after the current step
-    with a ``stop`` checkpoint. Steps are 1-based: the first completed step is 1."""
+    with a ``stop`` checkpoint. Steps are 1-based: the first completed step is 1. ``pause_sampling`` is called
+    once a batch is in hand, before the step computes (vLLM's sleep mode); ``publish`` resumes sampling."""
     trainer = settings.trainer
     step = saved = start_step
     optimizer_steps = start_step * trainer.num_iterations
@@ -317,6 +319,8 @@ def run_training(
         if batch is None:
             break
         started = time.perf_counter()
+        if pause_sampling is not None:
+            pause_sampling()
         previous = step
         step += source.batches_taken() if isinstance(source, SteppingSource) else 1
         batch = with_batch_advantages(batch, trainer.scale_rewards)

