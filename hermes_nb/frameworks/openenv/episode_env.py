@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import random
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -60,9 +61,11 @@ class OpenEnvAgentEnv(AgentEnv):
     action_field = ""
     tool_specs: list[ToolSpec]
     slots: SessionSlots
+    idle: list[OpenEnvSession]
 
     async def setup(self) -> None:
         self.slots = SessionSlots()
+        self.idle = []
         self.url = self.config.server_url or ""
         if not self.url:
             file = os.environ.get(FILE_VAR, "")
@@ -122,7 +125,7 @@ class OpenEnvAgentEnv(AgentEnv):
         async with contextlib.AsyncExitStack() as stack:
             # return_exceptions: every open has finished (and is on the stack) before the stack can close.
             opened = await asyncio.gather(
-                *(stack.enter_async_context(OpenEnvSession(self.url)) for _ in range(size)), return_exceptions=True
+                *(stack.enter_async_context(self._session()) for _ in range(size)), return_exceptions=True
             )
             sessions = [s for s in opened if isinstance(s, OpenEnvSession)]
             firsts = await asyncio.gather(
@@ -138,6 +141,11 @@ class OpenEnvAgentEnv(AgentEnv):
             played = await asyncio.gather(
                 *(self._play_in_session(s, e, temperature) for s, e in seated), return_exceptions=True
             )
+            # A session whose reset or episode failed may be broken: closed, never reused.
+            pairs = [*zip(sessions, firsts, strict=True), *zip((s for s, _ in seated), played, strict=True)]
+            for session, result in pairs:
+                if isinstance(result, BaseException):
+                    await session.close()
         failed = [r for r in (*opened, *firsts) if isinstance(r, BaseException)]
         return self._outcomes([*played, *failed])
 
@@ -162,11 +170,27 @@ class OpenEnvAgentEnv(AgentEnv):
         return await self.slots.run(lambda: self._play_session(item, temperature))
 
     async def _play_session(self, item: QAItem, temperature: float) -> OpenEnvEpisode:
-        async with OpenEnvSession(self.url) as session:
+        async with self._session() as session:
             first = await session.reset(seed=item.metadata["seed"])
             episode = self._episode([self.observation_message(first)])
             await episode.ask(max_tokens=self.config.max_turn_tokens, temperature=temperature)
             return await self._play_in_session(session, episode, temperature)
+
+    @contextlib.asynccontextmanager
+    async def _session(self) -> AsyncIterator[OpenEnvSession]:
+        """An open session for one episode: an idle one an earlier episode ended cleanly in (its ``reset`` starts
+        the new episode, as OpenEnv's own clients reuse theirs), else a new one; idle again after the episode,
+        closed when it failed. Connecting, the server's new environment and closing cost about as much CPU as
+        an episode of a one-step task. Open sessions never outnumber the most episodes played at once, so the
+        server's limit holds as before."""
+        session = self.idle.pop() if self.idle else await OpenEnvSession(self.url).__aenter__()
+        try:
+            yield session
+        except BaseException:
+            await session.close()
+            raise
+        if session.is_open:  # not closed after its episode failed (``_play_group``)
+            self.idle.append(session)
 
     async def _play_in_session(
         self, session: OpenEnvSession, episode: OpenEnvEpisode, temperature: float
