@@ -155,3 +155,35 @@ async def body(server, seen):
         tmp_path,
     )
     assert seen["max_sessions"] == 4 and "max_concurrent_envs" in seen["error"]
+
+
+def test_groups_hold_their_sessions_together_and_a_group_larger_than_the_server_is_refused(tmp_path):
+    # broken_openenv's server holds 4 sessions: two groups of 3 cannot sit at once, so the second waits for the first
+    # (never two half-seated groups waiting on each other); a group of 5 can never sit and is refused.
+    seen = run_in_openenv(
+        """
+import contextlib
+from hermes_nb.frameworks.openenv.session import CapacityReached
+from hermes_nb.frameworks.openenv.slots import SessionSlots
+async def body(server, seen):
+    slots = SessionSlots()
+    async def group(size):
+        async with contextlib.AsyncExitStack() as stack:
+            sessions = [await stack.enter_async_context(OpenEnvSession(server.url)) for _ in range(size)]
+            for session in sessions:
+                await session.reset(seed=1)
+            await asyncio.sleep(0.3)  # both groups want their sessions at once
+            return [(await s.step({"message": "x"})).reward for s in sessions]
+    seen["rewards"] = await asyncio.gather(*(slots.run(lambda: group(3), 3) for _ in range(2)))
+    seen["cap"] = slots.cap
+    try:
+        await slots.run(lambda: group(5), 5)
+    except CapacityReached as full:
+        seen["refused"] = full.max_sessions
+""",
+        BROKEN,
+        tmp_path,
+    )
+    assert seen["rewards"] == [[0.5] * 3] * 2
+    assert seen["cap"] == 4
+    assert seen["refused"] == 4

@@ -13,9 +13,11 @@ server's ``max_concurrent_envs`` (``slots``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,13 +25,13 @@ import httpx
 
 from hermes_nb.config import BaseEnvConfig
 from hermes_nb.env.agent import AgentEnv
-from hermes_nb.env.episodes import Episode
+from hermes_nb.env.episodes import Episode, ask_all
 from hermes_nb.env.types import QAItem
 from hermes_nb.errors import ConfigError
 from hermes_nb.frameworks.openenv.handoff import FILE_VAR, LOG_VAR
 from hermes_nb.frameworks.openenv.rewards import episode_score
 from hermes_nb.frameworks.openenv.server import ServerProcess, start_server
-from hermes_nb.frameworks.openenv.session import OpenEnvSession, SessionError, StepResult
+from hermes_nb.frameworks.openenv.session import CapacityReached, OpenEnvSession, SessionError, StepResult
 from hermes_nb.frameworks.openenv.settings import OpenEnvSettings
 from hermes_nb.frameworks.openenv.slots import SessionSlots
 from hermes_nb.protocol.inference import ChatMessage, FunctionCall, ToolSpec
@@ -59,9 +61,11 @@ class OpenEnvAgentEnv(AgentEnv):
     action_field = ""
     tool_specs: list[ToolSpec]
     slots: SessionSlots
+    idle: list[OpenEnvSession]
 
     async def setup(self) -> None:
         self.slots = SessionSlots()
+        self.idle = []
         self.url = self.config.server_url or ""
         if not self.url:
             file = os.environ.get(FILE_VAR, "")
@@ -101,14 +105,55 @@ class OpenEnvAgentEnv(AgentEnv):
         return episode_score(rewards, self.config.reward, self.config.discount)
 
     async def play(self, episodes: list[Episode], item: QAItem, temperature: float) -> list[Episode | Exception]:
-        """Each of ``episodes`` stands for one session: played from its own reset (their messages are unused)."""
+        """Each of ``episodes`` stands for one session, played from its own reset (their messages are unused). A
+        group the server can seat at once plays together (``_play_group``); a larger one, member by member."""
+        if self.slots.fits(len(episodes)):
+            try:
+                return await self.slots.run(lambda: self._play_group(len(episodes), item, temperature), len(episodes))
+            except CapacityReached:
+                pass  # the server holds fewer sessions than a group: member by member below
         results = await asyncio.gather(
             *(self.play_episode(item, temperature) for _ in episodes), return_exceptions=True
         )
+        return self._outcomes(results)
+
+    async def _play_group(self, size: int, item: QAItem, temperature: float) -> list[Episode | Exception]:
+        """``size`` sessions reset with the group's seed; members with the same first observation (a deterministic
+        environment's, for one seed) ask their first turn as one request with ``n`` samples, as ``AgentEnv``'s
+        groups do, instead of one request each; then each plays on in its own session. A refused session
+        (``CapacityReached``) is raised, every session closed, for ``slots`` to retry."""
+        async with contextlib.AsyncExitStack() as stack:
+            # return_exceptions: every open has finished (and is on the stack) before the stack can close.
+            opened = await asyncio.gather(
+                *(stack.enter_async_context(self._session()) for _ in range(size)), return_exceptions=True
+            )
+            sessions = [s for s in opened if isinstance(s, OpenEnvSession)]
+            firsts = await asyncio.gather(
+                *(s.reset(seed=item.metadata["seed"]) for s in sessions), return_exceptions=True
+            )
+            for first in firsts:
+                if isinstance(first, CapacityReached):
+                    raise first
+            seated = [(s, self._episode([self.observation_message(f)])) for s, f in zip(sessions, firsts, strict=True)
+                      if isinstance(f, StepResult)]  # fmt: skip
+            # Its failure (the inference server's) fails the group, as AgentEnv's first turn does.
+            await ask_all([e for _, e in seated], max_tokens=self.config.max_turn_tokens, temperature=temperature)
+            played = await asyncio.gather(
+                *(self._play_in_session(s, e, temperature) for s, e in seated), return_exceptions=True
+            )
+            # A session whose reset or episode failed may be broken: closed, never reused.
+            pairs = [*zip(sessions, firsts, strict=True), *zip((s for s, _ in seated), played, strict=True)]
+            for session, result in pairs:
+                if isinstance(result, BaseException):
+                    await session.close()
+        failed = [r for r in (*opened, *firsts) if isinstance(r, BaseException)]
+        return self._outcomes([*played, *failed])
+
+    def _outcomes(self, results: list[Any]) -> list[Episode | Exception]:
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, Exception):
                 raise result  # cancelled: the group's worker is being stopped
-        return [self._with_server_state(r) if isinstance(r, Exception) else r for r in results]  # type: ignore[misc]
+        return [self._with_server_state(r) if isinstance(r, Exception) else r for r in results]
 
     def new_episode(self, item: QAItem) -> Episode:
         return self._episode([])
@@ -125,31 +170,56 @@ class OpenEnvAgentEnv(AgentEnv):
         return await self.slots.run(lambda: self._play_session(item, temperature))
 
     async def _play_session(self, item: QAItem, temperature: float) -> OpenEnvEpisode:
-        async with OpenEnvSession(self.url) as session:
+        async with self._session() as session:
             first = await session.reset(seed=item.metadata["seed"])
             episode = self._episode([self.observation_message(first)])
-            while episode.can_ask and not episode.done:
-                reply = await episode.ask(max_tokens=self.config.max_turn_tokens, temperature=temperature)
-                if episode.truncated:
-                    break
-                if reply.tool_calls:
-                    results = [
-                        await session.call_tool(c.function.name, tool_arguments(c.function)) for c in reply.tool_calls
-                    ]
-                    episode.add(
-                        *(
-                            ChatMessage(role="tool", content=r, tool_call_id=c.id)
-                            for c, r in zip(reply.tool_calls, results, strict=True)
-                        )
-                    )
-                    continue
+            await episode.ask(max_tokens=self.config.max_turn_tokens, temperature=temperature)
+            return await self._play_in_session(session, episode, temperature)
+
+    @contextlib.asynccontextmanager
+    async def _session(self) -> AsyncIterator[OpenEnvSession]:
+        """An open session for one episode: an idle one an earlier episode ended cleanly in (its ``reset`` starts
+        the new episode, as OpenEnv's own clients reuse theirs), else a new one; idle again after the episode,
+        closed when it failed. Connecting, the server's new environment and closing cost about as much CPU as
+        an episode of a one-step task. Open sessions never outnumber the most episodes played at once, so the
+        server's limit holds as before."""
+        session = self.idle.pop() if self.idle else await OpenEnvSession(self.url).__aenter__()
+        try:
+            yield session
+        except BaseException:
+            await session.close()
+            raise
+        if session.is_open:  # not closed after its episode failed (``_play_group``)
+            self.idle.append(session)
+
+    async def _play_in_session(
+        self, session: OpenEnvSession, episode: OpenEnvEpisode, temperature: float
+    ) -> OpenEnvEpisode:
+        """From a turn just sampled to the episode's end: tool calls answered in the session (``tool`` messages), a
+        reply stepped as the Action, whose observation is the next user message, until ``done``, ``max_turns``
+        or a turn cut by its token budget."""
+        while not episode.truncated:
+            reply = episode.messages[-1]
+            if reply.tool_calls:
+                results = [
+                    await session.call_tool(c.function.name, tool_arguments(c.function)) for c in reply.tool_calls
+                ]
+                episode.add(
+                    *(ChatMessage(role="tool", content=r, tool_call_id=c.id)
+                      for c, r in zip(reply.tool_calls, results, strict=True))
+                )  # fmt: skip
+            else:
                 result = await session.step({self.action_field: reply.content or ""})
                 if result.reward is not None:
                     episode.rewards.append(result.reward)
                 episode.done = result.done
-                if not result.done and episode.can_ask:
-                    episode.add(self.observation_message(result))
-            return episode
+                if result.done:
+                    break
+                episode.add(self.observation_message(result))
+            if not episode.can_ask:
+                break
+            await episode.ask(max_tokens=self.config.max_turn_tokens, temperature=temperature)
+        return episode
 
     def observation_message(self, result: StepResult) -> ChatMessage:
         return ChatMessage(role="user", content=observation_text(result.observation, self.config.observation_field))

@@ -96,7 +96,14 @@ class OpenEnvSession:
             raise SessionError(f"the OpenEnv server at {self.base_url} cannot be reached: {exc}") from None
         return self
 
+    @property
+    def is_open(self) -> bool:
+        return self._connection is not None
+
     async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
         connection, self._connection = self._connection, None
         if connection is None:
             return
