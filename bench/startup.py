@@ -6,6 +6,10 @@ Also reported, measured in the same run: the bare cost of starting a Python inte
 transformers, the floor under any trainer start, so the ratio says how much of the start-up is our own.
 
     .venv/bin/python bench/startup.py [--runs 5]
+
+Cold and warm starts alternate (``--runs`` of each): a cold one after the kernel's warm kit is ended
+(``runs.warm_start.discard``), a warm one once the kit the previous start left is ready
+(``runs.warm_start.wait_until_ready``), as the second run of a notebook would find it.
 """
 
 from __future__ import annotations
@@ -60,23 +64,44 @@ def one_start() -> tuple[float, float]:
     return running_at or first_step, first_step
 
 
+def cold_start() -> tuple[float, float]:
+    from hermes_nb.runs import warm_start
+
+    warm_start.discard()
+    return one_start()
+
+
+def warm_start_sample() -> tuple[float, float]:
+    from hermes_nb.runs import warm_start
+
+    if not warm_start.wait_until_ready(120.0):
+        raise RuntimeError("the warm kit the previous start left was not ready within 120 s (see logs/warm_kit.log)")
+    return one_start()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=5, help="cold starts, and as many warm ones, alternating")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["HERMES_NB_HOME"] = tmp
         os.environ.setdefault("WANDB_MODE", "offline")
         floors = [import_floor_seconds() for _ in range(3)]
-        samples = [one_start() for _ in range(args.runs)]
+        cold, warm = [], []
+        for _ in range(args.runs):
+            cold.append(cold_start())
+            warm.append(warm_start_sample())
     floor = statistics.median(floors)
-    to_running = statistics.median(s[0] for s in samples)
-    to_step = statistics.median(s[1] for s in samples)
-    print(f"runs: {args.runs}")
-    print(f"start -> running         median {to_running:6.2f} s  ({[round(s[0], 2) for s in samples]})")
-    print(f"start -> first trainer step median {to_step:6.2f} s  ({[round(s[1], 2) for s in samples]})")
+    print(f"runs: {args.runs} cold, {args.runs} warm, alternating")
+    for name, samples in (("cold", cold), ("warm", warm)):
+        to_running = statistics.median(s[0] for s in samples)
+        to_step = statistics.median(s[1] for s in samples)
+        print(f"{name} start -> running            median {to_running:6.2f} s  ({[round(s[0], 2) for s in samples]})")
+        print(f"{name} start -> first trainer step median {to_step:6.2f} s  ({[round(s[1], 2) for s in samples]})")
+    to_step = statistics.median(s[1] for s in cold)
     print(f"import floor (python + torch + transformers) median {floor:.2f} s")
-    print(f"ratio first step / import floor: {to_step / floor:.2f}")
+    print(f"ratio cold first step / import floor: {to_step / floor:.2f}")
+    print(f"ratio warm / cold first step: {statistics.median(s[1] for s in warm) / to_step:.2f}")
     print(
         f"ratio anchor fixed sleeps / ours: {ANCHOR_FIXED_SLEEPS_SECONDS / to_step:.1f}x "
         f"(anchor {ANCHOR_FIXED_SLEEPS_SECONDS} s)"

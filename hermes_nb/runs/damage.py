@@ -16,6 +16,7 @@ field of their results (``Damage``: the file, and the problem with what was done
 from __future__ import annotations
 
 import calendar
+import os
 import time
 from pathlib import Path
 
@@ -30,8 +31,10 @@ from hermes_nb.protocol.recorded_batches import trajectories_tail
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, RunStateUnreadable, read_run_state
 from hermes_nb.runs.reconcile import reconcile
+from hermes_nb.runs.warm_kit import KIT_MODULE
 
-# The supervisor's command line names its module and the run id (hermes_nb.runs.launcher.spawn_supervisor).
+# The supervisor's command line names its module and the run id (hermes_nb.runs.launcher.spawn_supervisor); a warm
+# kit that became a run's supervisor (hermes_nb.runs.warm_kit) is known by its output, the run's supervisor log.
 SUPERVISOR_MODULE = "hermes_nb.runs.supervisor"
 # How much of an unreadable run.json's complaint is shown: enough to recognise it, never a screenful.
 _DETAIL_CHARS = 160
@@ -47,13 +50,22 @@ class Damage(BaseModel):
         return f"{Path(self.file).name}: {self.problem}"
 
 
-def live_supervisor(run_id: str) -> ProcessRecord | None:
-    """The run's supervisor if one is running, found by its command line (for when run.json cannot say)."""
+def live_supervisor(paths: RunPaths) -> ProcessRecord | None:
+    """The run's supervisor if one is running, found by its command line or, for a warm kit, by the log its output
+    goes to (for when run.json cannot say)."""
     for proc in psutil.process_iter(["pid", "cmdline", "create_time"]):
         cmdline = proc.info.get("cmdline") or []
-        if SUPERVISOR_MODULE in cmdline and run_id in cmdline:
+        cold = SUPERVISOR_MODULE in cmdline and paths.run_id in cmdline
+        if cold or (KIT_MODULE in cmdline and _writes_to(proc.info["pid"], paths.logs["supervisor"])):
             return ProcessRecord(name="supervisor", pid=proc.info["pid"], started_at=proc.info["create_time"])
     return None
+
+
+def _writes_to(pid: int, log_path: Path) -> bool:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/fd/1")) == log_path
+    except OSError:
+        return False
 
 
 def read_state(paths: RunPaths) -> tuple[RunState, list[Damage]]:
@@ -61,7 +73,7 @@ def read_state(paths: RunPaths) -> tuple[RunState, list[Damage]]:
     try:
         return read_run_state(paths.run_dir), []
     except RunStateUnreadable as exc:
-        supervisor = live_supervisor(paths.run_id)
+        supervisor = live_supervisor(paths)
         return stand_in_state(paths, supervisor), [_unreadable_state(paths, exc, supervisor)]
 
 

@@ -17,6 +17,7 @@ from hermes_nb.metrics.wandb_names import wandb_run_name
 from hermes_nb.protocol.redaction import without_secrets
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import RunState
+from hermes_nb.runs import warm_start
 from hermes_nb.runs.external_trajectory_api import unusable_reason
 from hermes_nb.runs.ids import new_run_id
 from hermes_nb.runs.ports import pick_ports, with_ports
@@ -190,5 +191,7 @@ def start_run(config: RunConfig) -> tuple[RunConfig, RunState, RunPaths]:
     save_redacted(resolved, paths.config)
     state = initial_state(resolved, run_id)
     write_run_state(paths.run_dir, state)
-    spawn_supervisor(paths)
+    if not warm_start.hand_over(paths):
+        spawn_supervisor(paths)
+    warm_start.prepare_next(paths)
     return resolved, state, paths

@@ -17,6 +17,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
@@ -33,7 +34,7 @@ from hermes_nb.runs.outcomes import Launched, LaunchFailed, LaunchOutcome, StopR
 from hermes_nb.runs.ports import PORT_BINDERS, pick_ports, with_ports
 from hermes_nb.runs.state_file import write_run_state
 from hermes_nb.runs.trajectory_api_forms import ApiProbe, TrajectoryApiForm, api_form
-from hermes_nb.system import disk, processes
+from hermes_nb.system import disk, processes, warm_process
 from hermes_nb.system.home import run_paths
 from hermes_nb.system.logtail import tail_lines
 from hermes_nb.system.secrets import read_run_secret
@@ -84,6 +85,9 @@ class Supervisor:
     secret: str | None = field(default=None, repr=False)
     # The run's trajectory API: its own, or an external one (``trajectory_api_forms``); asked, never told apart.
     api_form: TrajectoryApiForm = field(init=False, repr=False)
+    # Processes started ahead with their imports done (``runs.warm_kit``), by the name of the process each can
+    # become; each is used once, for the first launch of its name whose command it can run, or released.
+    warm: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.api_form = api_form(self.config, self.secret, self.paths.logs["supervisor"])
@@ -105,13 +109,37 @@ class Supervisor:
         log_path = self.paths.logs[name]
         offset = log_path.stat().st_size if log_path.is_file() else 0
         env = environment if environment is not None else self.environment_for(name)
-        popen, record = processes.spawn(name, argv, log_path, env=env)
+        popen = self.assign_warm(name, argv, env, log_path)
+        how = "started" if popen is None else "warm process became"
+        if popen is None:
+            popen, record = processes.spawn(name, argv, log_path, env=env)
+        else:
+            record = processes.process_record(name, popen.pid, log_path)
         child = Child(record=record, popen=popen, log_offset=offset)
         self.children[name] = child
         self.state.processes[name] = record
         self.save()
-        log.info("started %s pid %d: %s", name, popen.pid, " ".join(argv))
+        log.info("%s %s pid %d: %s", how, name, popen.pid, " ".join(argv))
         return child
+
+    def assign_warm(
+        self, name: str, argv: list[str], env: dict[str, str], log_path: Path
+    ) -> subprocess.Popen[bytes] | None:
+        """The warm process for ``name``, made the command ``argv``; None when there is none or it cannot be."""
+        process = self.warm.pop(name, None)
+        if process is None:
+            return None
+        assignment = warm_process.assignment_for(argv, env, log_path)
+        if assignment is not None and warm_process.assign(process, assignment):
+            return process
+        warm_process.release(process)
+        return None
+
+    def release_warm(self) -> None:
+        """End the warm processes the run did not use (no environment of its own, an API elsewhere)."""
+        for process in self.warm.values():
+            warm_process.release(process)
+        self.warm.clear()
 
     def wait_until(self, name: str, ready: Callable[[], bool], timeout: float, what: str) -> LaunchOutcome:
         """Poll ``ready`` until true; fail early when any child dies or a stop is requested."""
@@ -416,6 +444,7 @@ class Supervisor:
         signal.signal(signal.SIGINT, self.on_sigterm)
         try:
             outcome = self.start_on_free_ports()
+            self.release_warm()
             if isinstance(outcome, StopRequested):
                 self.stop()
                 return 0
@@ -436,6 +465,7 @@ class Supervisor:
             )
             return 1
         finally:
+            self.release_warm()
             self.close_api()
 
     def close_api(self) -> None:
@@ -444,7 +474,8 @@ class Supervisor:
             self.api = None
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, warm: dict[str, subprocess.Popen[bytes]] | None = None) -> int:
+    """Supervise the run ``argv[0]``; ``warm``: processes started ahead for it (``runs.warm_kit``)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m hermes_nb.runs.supervisor RUN_ID", file=sys.stderr)
@@ -461,7 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     state.processes["supervisor"] = ProcessRecord(
         name="supervisor", pid=me.pid, started_at=me.create_time(), log_path=str(paths.logs["supervisor"])
     )
-    supervisor = Supervisor(paths=paths, config=config, state=state, secret=read_run_secret(paths.run_dir))
+    supervisor = Supervisor(
+        paths=paths, config=config, state=state, secret=read_run_secret(paths.run_dir), warm=dict(warm or {})
+    )
     supervisor.save()
     return supervisor.run()
 

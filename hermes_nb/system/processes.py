@@ -63,23 +63,27 @@ def spawn_group(
     *,
     cwd: Path | None = None,
     die_with_parent: bool = True,
+    stdin: int = subprocess.DEVNULL,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session (its own process group) with stdout and stderr appended to ``log_path``.
 
-    Secrets reach the child through ``env`` only; ``argv`` never carries one.
+    Secrets reach the child through ``env`` only; ``argv`` never carries one. ``stdin`` is closed unless the child
+    is to be told something (``subprocess.PIPE``: a warm process's assignment); ``pass_fds`` stay open in it.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # 0600: a log may show what a run trains on and where it listens; other local users have no business there.
     with open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_FILE_MODE), "ab", buffering=0) as log:
         return subprocess.Popen(
             list(argv),
-            stdin=subprocess.DEVNULL,
+            stdin=stdin,
             stdout=log,
             stderr=subprocess.STDOUT,
             env=dict(env) if env is not None else None,
             cwd=str(cwd) if cwd else None,
             start_new_session=True,
             preexec_fn=_die_with_parent if die_with_parent else None,
+            pass_fds=tuple(pass_fds),
         )
 
 
@@ -94,10 +98,12 @@ def spawn(
 ) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
     """``spawn_group``, and the record that names the child by pid and start time."""
     proc = spawn_group(argv, log_path, env, cwd=cwd, die_with_parent=die_with_parent)
-    record = ProcessRecord(
-        name=name, pid=proc.pid, started_at=process_start_time(proc.pid) or time.time(), log_path=str(log_path)
-    )
-    return proc, record
+    return proc, process_record(name, proc.pid, log_path)
+
+
+def process_record(name: str, pid: int, log_path: Path) -> ProcessRecord:
+    """The record that names process ``pid`` by pid and start time."""
+    return ProcessRecord(name=name, pid=pid, started_at=process_start_time(pid) or time.time(), log_path=str(log_path))
 
 
 def process_start_time(pid: int) -> float | None:

@@ -1,0 +1,195 @@
+"""A warm kit: a detached process that becomes the supervisor of a kernel's next run, with that run's three
+processes already started and their imports done (``hermes_nb.system.warm_process``).
+
+    python -m hermes_nb.runs.warm_kit --detach FD READY_FD RUN_DIR LOG
+
+The kernel starts one when it starts a run (``runs.warm_start``). It waits, with nothing imported, until that run
+has trained its first step (``RUN_DIR``'s metrics) or has ended, so warming up never slows the start it follows;
+then it imports the supervisor and starts a warm API, trainer and environment process, writes a byte to
+``READY_FD`` once all three have imported (the kernel's ``warm_start.wait_until_ready``), and blocks on ``FD``, the
+read end of a pipe the kernel holds. A line there is the hand-over (the next run's id, the kernel's environment and
+working directory at that moment): the kit becomes that run's supervisor (``runs.supervisor``) and its warm
+processes become the run's, each told its command line (until then their output, and the kit's, goes to ``LOG``).
+The end of the pipe (the kernel ended or closed it) or ``IDLE_TIMEOUT_S`` without a hand-over ends the kit and its
+warm processes. While it waits it uses no CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+# Stays below the floor of what it launches until warm: the kernel waits for this process to detach.
+from hermes_nb.system import processes
+
+KIT_MODULE = "hermes_nb.runs.warm_kit"
+# A warm kit holds about 0.5 GB (torch and transformers imported in its trainer); after half an hour without a
+# run it is more likely forgotten than about to be used.
+IDLE_TIMEOUT_S = 1800.0
+IDLE_TIMEOUT_VAR = "HERMES_NB_WARM_IDLE_S"
+# How often the run it follows is looked at before warming up: two stats a second.
+FOLLOW_POLL_S = 0.5
+# A run that never trains (a failed start, a long first step) does not keep the next one cold for longer.
+FOLLOW_TIMEOUT_S = 120.0
+# What the kit's log says once it is warm, with its pid and its warm processes' ("api 12, trainer 13, env 14").
+READY_LINE = "warm kit ready, pid"
+# The end of a hand-over message: the kernel writes one line.
+MAX_HAND_OVER_BYTES = 4 * 1024 * 1024
+
+# What each process of a run imports before it can start (the modules of its command and what they import on the
+# way to the first step: transformers imports a model's code when a model is first loaded, 6 of the 7 s a cold
+# trainer spends loading the embedded model on two busy cores); anything else it imports after the hand-over, as a
+# cold start would.
+ROLE_IMPORTS: dict[str, tuple[str, ...]] = {
+    "api": ("hermes_nb.trajectory_api.server", "uvicorn", "fastapi"),
+    "trainer": (
+        "torch",
+        "transformers",
+        "transformers.modeling_utils",
+        "transformers.tokenization_utils_base",
+        "transformers.models.auto.modeling_auto",
+        "transformers.models.auto.tokenization_auto",
+        "transformers.models.llama.modeling_llama",  # the embedded model's architecture
+        "transformers.models.qwen3.modeling_qwen3",  # the embedded chat model's
+        "hermes_nb.backends",
+        "hermes_nb.trainer.main",
+        "hermes_nb.trainer.loop",
+        "hermes_nb.trainer.local_backend",
+        "hermes_nb.inference.server",
+        "hermes_nb.metrics.logger",
+        "hermes_nb.trajectory_api.client",
+    ),
+    "env": (
+        "hermes_nb.env_runtime.cli",
+        "hermes_nb.env_runtime.loading",
+        "hermes_nb.env.qa",
+        "hermes_nb.env.agent",
+        "hermes_nb.env.chat_render",
+        "hermes_nb.env.inference_client",
+    ),
+}
+
+
+class HandOver(BaseModel):
+    """What the kernel tells a warm kit: the run to supervise, and the kernel's environment and working directory
+    when it asked (what a cold supervisor would have inherited)."""
+
+    run_id: str
+    environment: dict[str, str]
+    cwd: str
+
+
+def _idle_timeout() -> float:
+    return float(os.environ.get(IDLE_TIMEOUT_VAR, IDLE_TIMEOUT_S))
+
+
+def _readable(fd: int, seconds: float) -> bool:
+    ready, _, _ = select.select([fd], [], [], seconds)
+    return bool(ready)
+
+
+def _follow(run_dir: Path, fd: int) -> None:
+    """Wait until ``run_dir``'s run trained a step, ended, or the kernel already hands over (or went away)."""
+    from hermes_nb.protocol.run_files import TRAINER_METRICS_FILE
+
+    deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+    metrics = run_dir / TRAINER_METRICS_FILE
+    while time.monotonic() < deadline:
+        if metrics.is_file() and metrics.stat().st_size > 0:
+            return
+        if _readable(fd, FOLLOW_POLL_S):
+            return
+
+
+def _read_line(fd: int) -> bytes:
+    data = b""
+    while not data.endswith(b"\n") and len(data) < MAX_HAND_OVER_BYTES:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b""  # the kernel closed the pipe without a whole message: nothing to do
+        data += chunk
+    return data
+
+
+def _log_to(log_path: Path) -> None:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, processes.LOG_FILE_MODE)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+
+
+def _spawn_warm_processes(log_path: Path) -> tuple[dict[str, subprocess.Popen[bytes]], list[int]]:
+    """One warm process per role, and the read ends of the pipes each says it has imported on."""
+    from hermes_nb.system.warm_process import spawn_warm
+
+    environment = processes.child_environment()
+    warm, ready = {}, []
+    for role, imports in ROLE_IMPORTS.items():
+        read_end, write_end = os.pipe()
+        warm[role] = spawn_warm(imports, log_path, environment, write_end)
+        os.close(write_end)
+        ready.append(read_end)
+    return warm, ready
+
+
+def _wait_imported(ready: list[int]) -> None:
+    """Until every warm process has written its byte or ended (an end of file: it failed, its log says why)."""
+    deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+    waiting = list(ready)
+    while waiting and time.monotonic() < deadline:
+        readable, _, _ = select.select(waiting, [], [], deadline - time.monotonic())
+        for read_end in readable:
+            os.read(read_end, 1)
+            os.close(read_end)
+            waiting.remove(read_end)
+    for read_end in waiting:
+        os.close(read_end)
+
+
+def serve(fd: int, ready_fd: int, run_dir: Path, log_path: Path) -> int:
+    _follow(run_dir, fd)
+    from hermes_nb.runs import supervisor
+    from hermes_nb.system.home import run_paths
+    from hermes_nb.system.warm_process import release
+
+    warm, imported = _spawn_warm_processes(log_path)
+    _wait_imported(imported)
+    pids = ", ".join(f"{role} {process.pid}" for role, process in warm.items())
+    print(f"{READY_LINE} {os.getpid()}: {pids}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):  # the kernel may have stopped listening: it is only told
+        os.write(ready_fd, b"1")
+    os.close(ready_fd)
+    line = _read_line(fd) if _readable(fd, _idle_timeout()) else b""
+    os.close(fd)
+    if not line.strip():
+        for process in warm.values():
+            release(process)
+        return 0
+    hand_over = HandOver.model_validate_json(line)
+    os.environ.clear()
+    os.environ.update(hand_over.environment)
+    os.chdir(hand_over.cwd)
+    _log_to(run_paths(hand_over.run_id).logs["supervisor"])
+    return supervisor.main([hand_over.run_id], warm=warm)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 5 or argv[0] != "--detach":
+        print("usage: python -m hermes_nb.runs.warm_kit --detach FD READY_FD RUN_DIR LOG", file=sys.stderr)
+        return 2
+    fd, ready_fd, run_dir, log_path = int(argv[1]), int(argv[2]), Path(argv[3]), Path(argv[4])
+    return processes.run_detached(lambda: serve(fd, ready_fd, run_dir, log_path))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,162 @@
+"""Warm starts: the kernel keeps one warm kit (``runs.warm_kit``) ready, and the next run it starts is handed to it.
+
+Every run a kernel (or script) starts leaves a kit behind it, which warms up once that run has trained its first
+step; the next ``rl_start_training`` hands its run to the kit instead of starting a supervisor and three cold
+interpreters. A kit is used only by what would have started the same processes cold: the same Python, the same
+installed code (``install_stamp``), the same environment variables and working directory as when it was made;
+anything else, or a kit that ended meanwhile, means a cold start (and a new kit). ``HERMES_NB_WARM_START=0``
+turns it off. A kit is gone when its kernel ends (the pipe it waits on closes) or after ``warm_kit.IDLE_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import logging
+import os
+import select
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from hermes_nb.protocol.run_files import RunPaths
+from hermes_nb.runs.warm_kit import KIT_MODULE, HandOver
+from hermes_nb.system import home
+from hermes_nb.system.processes import spawn_group
+
+log = logging.getLogger("hermes_nb.warm_start")
+
+WARM_START_VAR = "HERMES_NB_WARM_START"
+# What a kit's processes import, by version: a new wheel of any of them means new code.
+STAMPED_DISTRIBUTIONS = ("torch", "transformers", "pydantic", "fastapi", "uvicorn")
+# The intermediate process forks the kit and exits before importing anything heavy.
+KIT_DETACH_TIMEOUT_S = 30.0
+
+
+def enabled() -> bool:
+    return os.environ.get(WARM_START_VAR, "1").strip().lower() not in {"0", "false", "no", "off"}
+
+
+def install_stamp(package_dir: Path = home.PACKAGE_DIR) -> str:
+    """A digest of what a warm process has imported: the interpreter, every module file of hermes_nb (path, size,
+    modification time) and the versions of the libraries it imports. Any change to them changes it."""
+    digest = hashlib.sha256(sys.executable.encode())
+    for path in sorted(package_dir.rglob("*.py")):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(package_dir)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    for name in STAMPED_DISTRIBUTIONS:
+        try:
+            digest.update(f"{name}=={metadata.version(name)}\n".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(f"{name} absent\n".encode())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class KitKey:
+    """What a kit was made for; it serves a run only where everything here is still the same."""
+
+    stamp: str
+    environment: tuple[tuple[str, str], ...]
+    cwd: str
+
+    @classmethod
+    def now(cls) -> KitKey:
+        return cls(stamp=install_stamp(), environment=tuple(sorted(os.environ.items())), cwd=os.getcwd())
+
+
+@dataclass
+class WarmKit:
+    """The kernel's end of a kit: the write end of the pipe the kit waits on, the read end of the one it says it
+    is warm on."""
+
+    write_fd: int
+    ready_fd: int
+    key: KitKey
+    ready: bool = False
+
+    def close(self) -> None:
+        """The kit reads the end of its pipe and exits, with its warm processes."""
+        for fd in (self.write_fd, self.ready_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+_kit: WarmKit | None = None
+
+
+def hand_over(paths: RunPaths) -> bool:
+    """Give the run at ``paths`` to the kernel's warm kit; False where there is none that may serve it."""
+    global _kit
+    kit, _kit = _kit, None
+    if kit is None:
+        return False
+    key = KitKey.now()
+    if key != kit.key:
+        kit.close()
+        return False
+    message = HandOver(run_id=paths.run_id, environment=dict(os.environ), cwd=key.cwd)
+    try:
+        os.write(kit.write_fd, message.model_dump_json().encode() + b"\n")
+    except BrokenPipeError:
+        return False  # the kit ended (idle, or killed): this run starts cold
+    finally:
+        kit.close()
+    return True
+
+
+def prepare_next(paths: RunPaths) -> None:
+    """Leave a kit ready for the kernel's next run, warming up once the run at ``paths`` has trained a step."""
+    global _kit
+    if not enabled():
+        return
+    if _kit is not None:
+        _kit.close()
+        _kit = None
+    key = KitKey.now()
+    read_fd, write_fd = os.pipe()
+    ready_read, ready_write = os.pipe()
+    log_path = home.logs_dir() / "warm_kit.log"
+    argv = [sys.executable, "-m", KIT_MODULE, "--detach", str(read_fd), str(ready_write)]
+    argv += [str(paths.run_dir), str(log_path)]
+    try:
+        proc = spawn_group(argv, log_path, die_with_parent=False, pass_fds=(read_fd, ready_write))
+    finally:
+        os.close(read_fd)
+        os.close(ready_write)
+    try:
+        code = proc.wait(timeout=KIT_DETACH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    if code != 0:
+        # A kit only makes the next start faster: without one it starts cold. Its log says why.
+        log.warning("no warm kit for the next run (exit %s; log: %s)", code, log_path)
+        WarmKit(write_fd=write_fd, ready_fd=ready_read, key=key).close()
+        return
+    _kit = WarmKit(write_fd=write_fd, ready_fd=ready_read, key=key)
+
+
+def wait_until_ready(timeout: float) -> bool:
+    """Whether the kernel's kit has its processes imported, waiting up to ``timeout`` seconds for it (a benchmark
+    or a test that wants the next start warm; a user never needs to)."""
+    kit = _kit
+    if kit is None or kit.ready:
+        return kit is not None
+    readable, _, _ = select.select([kit.ready_fd], [], [], timeout)
+    kit.ready = bool(readable) and os.read(kit.ready_fd, 1) == b"1"
+    return kit.ready
+
+
+def discard() -> None:
+    """End the kernel's kit, if it has one (at exit; or to make the next run start cold)."""
+    global _kit
+    if _kit is not None:
+        _kit.close()
+        _kit = None
+
+
+atexit.register(discard)

@@ -1,0 +1,117 @@
+"""A pre-imported process: started ahead of a run with its heavy imports done, it becomes one of the run's
+processes when it is handed the command line the supervisor would have started (``python -m MODULE ARGS``).
+
+    python -m hermes_nb.system.warm_process READY_FD MODULE_TO_IMPORT [...]
+
+It imports the named modules, writes a byte to ``READY_FD`` (its starter's pipe) and closes it, then blocks on one
+JSON line on its stdin (no CPU while it waits): the module to run, its arguments, its whole environment and its
+log. It then is that process exactly as a cold start would be: its own session and process group (from its spawn),
+the run's environment (secrets included) in place of the one it started with, stdout and stderr appended to the
+run's log, and the module run as ``__main__``. An end of file instead (its starter went away, or did not need it)
+ends it. One assignment per process: it never serves twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import runpy
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from hermes_nb.system.processes import LOG_FILE_MODE, spawn_group
+
+WARM_MODULE = "hermes_nb.system.warm_process"
+
+
+class Assignment(BaseModel):
+    """What a warm process is told to become: ``python -m module *args`` with ``environment``, logging to
+    ``log_path``."""
+
+    module: str
+    args: list[str]
+    environment: dict[str, str]
+    log_path: str
+
+
+def spawn_warm(
+    imports: Sequence[str], log_path: Path, env: Mapping[str, str], ready_fd: int
+) -> subprocess.Popen[bytes]:
+    """A warm process importing ``imports``, in a session of its own, its output in ``log_path`` until assigned;
+    it writes to ``ready_fd`` once imported, and dies with the thread that starts it (the supervisor-to-be)."""
+    argv = [sys.executable, "-m", WARM_MODULE, str(ready_fd), *imports]
+    return spawn_group(argv, log_path, env, stdin=subprocess.PIPE, pass_fds=(ready_fd,))
+
+
+def assignment_for(argv: Sequence[str], environment: Mapping[str, str], log_path: Path) -> Assignment | None:
+    """The assignment that makes a warm process the command ``argv``; None when a warm process cannot be it (another
+    interpreter, or not ``-m MODULE``): that command starts cold."""
+    if len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m":
+        return None
+    return Assignment(module=argv[2], args=list(argv[3:]), environment=dict(environment), log_path=str(log_path))
+
+
+def assign(process: subprocess.Popen[bytes], assignment: Assignment) -> bool:
+    """Hand ``assignment`` over; False when the process is gone (it can then not be the run's)."""
+    assert process.stdin is not None  # spawn_warm opens it
+    try:
+        process.stdin.write(assignment.model_dump_json().encode() + b"\n")
+        process.stdin.close()
+    except (BrokenPipeError, ValueError):
+        return False
+    return process.poll() is None
+
+
+def release(process: subprocess.Popen[bytes]) -> None:
+    """End a warm process that will not be assigned: the end of its stdin makes it exit; reaped here."""
+    if process.stdin is not None and not process.stdin.closed:
+        with contextlib.suppress(BrokenPipeError):
+            process.stdin.close()
+    try:
+        process.wait(timeout=10.0)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _become(assignment: Assignment) -> None:
+    os.environ.clear()
+    os.environ.update(assignment.environment)
+    log = os.open(assignment.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_FILE_MODE)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(devnull)
+    sys.argv = [assignment.module, *assignment.args]
+    runpy.run_module(assignment.module, run_name="__main__", alter_sys=True)
+
+
+def main(ready_fd: int, imports: Sequence[str]) -> int:
+    for name in imports:
+        importlib.import_module(name)
+    os.write(ready_fd, b"1")
+    os.close(ready_fd)
+    line = sys.stdin.buffer.readline()
+    if not line.strip():
+        return 0  # released before it was needed
+    try:
+        assignment = Assignment.model_validate(json.loads(line))
+    except (ValueError, ValidationError) as exc:
+        print(f"warm process: unreadable assignment ({exc})", file=sys.stderr)
+        return 2
+    _become(assignment)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(int(sys.argv[1]), sys.argv[2:]))

@@ -1,0 +1,153 @@
+"""Warm starts on real processes: the next run from one kernel starts in the processes its warm kit made ahead,
+completes as a cold run does, and leaves nothing behind; a kill -9 of its trainer fails it naming the trainer (and
+its supervisor is found without run.json); a kernel whose environment changed starts cold and ends the stale kit;
+a kit ends with its kernel and after its idle timeout. (The rest of the suite starts every run cold:
+tests/conftest.py.)"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from run_helpers import REPO_ROOT, alive_after, finite, run, run_pids, wait_for_status
+
+from hermes_nb.api import rl_check_status, rl_start_training, rl_stop_training
+from hermes_nb.protocol.run_state import read_run_state
+from hermes_nb.runs import warm_start
+from hermes_nb.runs.damage import live_supervisor
+from hermes_nb.runs.warm_kit import IDLE_TIMEOUT_VAR, READY_LINE
+from hermes_nb.system import home
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("quick_env")]
+
+RUN_TIMEOUT_S = 180.0
+READY_TIMEOUT_S = 120.0
+# A released or orphaned warm process exits at once; the margin is for a loaded machine.
+GONE_WITHIN_S = 20.0
+SHORT = {"total_steps": 2}
+RUN_PROCESSES = ("supervisor", "api", "trainer", "env")
+
+
+@pytest.fixture(autouse=True)
+def warm_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv(warm_start.WARM_START_VAR, "1")
+    yield
+    warm_start.discard()
+
+
+def kit_pids() -> list[int]:
+    """The newest warm kit's pid and its warm processes', from its log's ready line."""
+    lines = (home.logs_dir() / "warm_kit.log").read_text(encoding="utf-8").splitlines()
+    ready = [line for line in lines if line.startswith(READY_LINE)]
+    assert ready, f"no warm kit said it was ready:\n{lines[-10:]}"
+    return [int(pid) for pid in re.findall(r"\d+", ready[-1])]
+
+
+def completed_run(**overrides: object) -> str:
+    start = run(rl_start_training(**{**SHORT, **overrides}))
+    status = wait_for_status(start.run_id, lambda s: s.is_terminal, RUN_TIMEOUT_S)
+    assert status.status == "completed", f"{status.error}\n" + "\n".join(status.log_tail)
+    return start.run_id
+
+
+def started_before(run_id: str, moment: float) -> dict[str, bool]:
+    records = read_run_state(home.run_dir(run_id)).processes
+    return {name: records[name].started_at < moment for name in RUN_PROCESSES}
+
+
+def supervisor_log(run_id: str) -> str:
+    return home.run_paths(run_id).logs["supervisor"].read_text(encoding="utf-8")
+
+
+def test_the_next_run_starts_in_the_warm_processes_completes_and_leaves_nothing_behind() -> None:
+    completed_run()
+    assert warm_start.wait_until_ready(READY_TIMEOUT_S)
+    kit = kit_pids()
+    asked = time.time()
+
+    second = completed_run()
+
+    assert started_before(second, asked) == dict.fromkeys(RUN_PROCESSES, True)
+    records = read_run_state(home.run_dir(second)).processes
+    assert sorted(records[name].pid for name in RUN_PROCESSES) == sorted(kit)
+    assert supervisor_log(second).count("warm process became") == 3
+    status = run(rl_check_status(second))
+    assert finite(status.metrics.reward_mean) and finite(status.metrics.loss), status.metrics
+    assert alive_after(kit, GONE_WITHIN_S) == []
+    # The second run left a kit of its own; ending it ends its processes.
+    assert warm_start.wait_until_ready(READY_TIMEOUT_S)
+    next_kit = kit_pids()
+    warm_start.discard()
+    assert alive_after(next_kit, GONE_WITHIN_S) == []
+
+
+def test_a_kill_of_a_warm_trainer_fails_the_run_naming_it_with_nothing_left() -> None:
+    completed_run()
+    assert warm_start.wait_until_ready(READY_TIMEOUT_S)
+    kit = kit_pids()
+    start = run(rl_start_training(total_steps=500))
+    wait_for_status(start.run_id, lambda s: s.step >= 1 or s.is_terminal, RUN_TIMEOUT_S)
+    pids = run_pids(start.run_id)
+    assert pids["trainer"] in kit
+    # A reader that cannot read run.json still finds the run's supervisor, a warm kit's command line or not.
+    found = live_supervisor(home.run_paths(start.run_id))
+    assert found is not None and found.pid == pids["supervisor"]
+
+    os.kill(pids["trainer"], signal.SIGKILL)
+
+    status = wait_for_status(start.run_id, lambda s: s.is_terminal, RUN_TIMEOUT_S)
+    assert (status.status, status.failed_process) == ("failed", "trainer")
+    assert status.error is not None and "SIGKILL" in status.error
+    assert alive_after(list(pids.values()), GONE_WITHIN_S) == []
+    run(rl_stop_training(start.run_id))
+
+
+def test_a_kernel_whose_environment_changed_starts_cold_and_ends_the_stale_kit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    completed_run()
+    assert warm_start.wait_until_ready(READY_TIMEOUT_S)
+    stale = kit_pids()
+    monkeypatch.setenv("HERMES_NB_TEST_CHANGED", "a value the warm processes never saw")
+    asked = time.time()
+
+    second = completed_run()
+
+    assert started_before(second, asked) == dict.fromkeys(RUN_PROCESSES, False)
+    assert "warm process became" not in supervisor_log(second)
+    assert alive_after(stale, GONE_WITHIN_S) == []
+
+
+KERNEL = """
+import asyncio, sys, time
+from hermes_nb.api import rl_check_status, rl_load_config, rl_select_environment, rl_start_training
+from hermes_nb.runs import warm_start
+from hermes_nb.runs.damage import live_supervisor
+asyncio.run(rl_select_environment("arithmetic"))
+asyncio.run(rl_load_config(sys.argv[1]))
+run_id = asyncio.run(rl_start_training(total_steps=2)).run_id
+while not asyncio.run(rl_check_status(run_id)).is_terminal:
+    time.sleep(0.2)
+assert warm_start.wait_until_ready(120)
+"""
+
+
+def test_a_warm_kit_ends_with_the_kernel_that_made_it() -> None:
+    config = REPO_ROOT / "configs" / "quick_test.yaml"
+    subprocess.run([sys.executable, "-c", KERNEL, str(config)], check=True, timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
+    assert alive_after(kit_pids(), GONE_WITHIN_S) == []
+
+
+def test_a_warm_kit_ends_after_its_idle_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(IDLE_TIMEOUT_VAR, "1")
+    completed_run()
+    assert warm_start.wait_until_ready(READY_TIMEOUT_S)
+    assert alive_after(kit_pids(), GONE_WITHIN_S) == []
+    asked = time.time()
+    assert started_before(completed_run(), asked) == dict.fromkeys(RUN_PROCESSES, False)  # and the next is cold
