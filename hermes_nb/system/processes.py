@@ -31,6 +31,9 @@ from hermes_nb.system.logtail import tail_lines
 _PR_SET_PDEATHSIG = 1
 # Each look at a group scans the process table, hence a coarser poll than for one process.
 GROUP_POLL_SECONDS = 0.05
+# A SIGKILLed process is gone within milliseconds; the bound is for a machine stalled by load (or a process stuck
+# in the kernel, which nothing can end sooner).
+KILLED_GONE_SECONDS = 10.0
 # Lines of a child's log quoted when it failed: the end of a traceback, short enough for a result table.
 FAILURE_TAIL_LINES = 8
 
@@ -180,12 +183,15 @@ def _kill_surviving_groups(pgids: Iterable[int]) -> None:
 
 
 def terminate_groups(records: Iterable[ProcessRecord], *, grace_seconds: float) -> None:
-    """SIGTERM each group, wait up to ``grace_seconds`` for all of them, then SIGKILL what is left."""
+    """SIGTERM each group, wait up to ``grace_seconds`` for all of them, then SIGKILL what is left and return once
+    it is gone: a SIGKILL is delivered, not done, when ``killpg`` returns, and a caller that then says "stopped"
+    must find nothing running."""
     pgids = [r.pid for r in records]
     for pgid in pgids:
         _killpg_quietly(pgid, signal.SIGTERM)
     wait_while(lambda: any(group_alive(p) for p in pgids), grace_seconds, poll_seconds=GROUP_POLL_SECONDS)
     _kill_surviving_groups(pgids)
+    wait_while(lambda: any(group_alive(p) for p in pgids), KILLED_GONE_SECONDS, poll_seconds=GROUP_POLL_SECONDS)
 
 
 async def stop_process_group(proc: subprocess.Popen[bytes], *, grace_seconds: float, poll_seconds: float) -> None:
