@@ -1,0 +1,195 @@
+"""The environment process of a verifiers run: verifiers plays the episodes, hermes-nb trains their exact tokens.
+
+``python -m hermes_nb.env_runtime serve <this file>:VerifiersEnv --config <run>/config.yaml`` in the verifiers
+Python. ``setup`` loads the environment of the file named by ``FILE_VAR`` as verifiers loads one
+(``vf.load_environment(vf.resolve_env_config(...))``: the taskset by its id, its own fields from the settings'
+``taskset.*``), with the local defaults (the ``subprocess`` runtime, the ``null`` harness; verifiers' own defaults
+are a remote sandbox and a shell-giving harness), and holds ``env.serving()`` (its interception server) for the
+process's life. An item is one of the taskset's tasks, in its order, over and over. A group is ``group_size``
+episodes of it (``env.run_slot``), sampled through verifiers' **train** client from the run's inference server's
+``/inference/v1/generate``: the client renders the chat to token ids itself, so each trace's branch carries the
+exact ``token_ids``, ``sampled_mask`` and ``logprobs`` the server sampled, and those are what is trained. The
+score is the trace's reward (the weighted sum of its ``@vf.reward``s); its ``@vf.metric``s are reported as
+``verifiers/<name>`` in ``env_metrics.jsonl``. An episode that failed (a reward or setup that raised, a harness
+that could not start) fails the group with verifiers' own message. ``rl_test_inference`` against an endpoint
+(``CLIENT_VAR=eval``) samples through verifiers' eval client instead: text only, for testing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from hermes_nb.config import BaseEnvConfig, base_model_dir
+from hermes_nb.env.base import BaseEnv
+from hermes_nb.env.scoring import TrainedSequence
+from hermes_nb.errors import HermesNBError
+from hermes_nb.frameworks.verifiers.handoff import CLIENT_VAR, FILE_VAR, taskset_id
+from hermes_nb.frameworks.verifiers.settings import VerifiersSettings
+from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT
+from hermes_nb.protocol.trajectory import MASK_IGNORE, PROMPT_LOGPROB, Message, ScoredDataGroup
+
+# The verifiers harness every episode runs (one chat program per episode, no tools of its own) and where.
+HARNESS = {"id": "null"}
+RUNTIME = {"type": "subprocess"}
+# A variable no one sets: the client's key when the server needs none (verifiers then sends "EMPTY").
+NO_KEY_VAR = "HERMES_NB_VERIFIERS_NO_KEY"
+METRIC_PREFIX = "verifiers/"
+
+
+class EpisodeError(HermesNBError):
+    """A verifiers episode failed (its taskset's setup or reward raised, its harness could not run)."""
+
+
+class VerifiersEnv(BaseEnv):
+    name = "verifiers"
+    env_config_cls: ClassVar[type[BaseEnvConfig]] = VerifiersSettings
+    config: VerifiersSettings
+
+    env: Any = None
+    eval_env: Any = None
+
+    async def setup(self) -> None:
+        file = os.environ.get(FILE_VAR, "")
+        if not file:
+            raise HermesNBError(f"{FILE_VAR} names no verifiers environment file")
+        self.taskset_id, folder = taskset_id(file)
+        sys.path.insert(0, str(folder))
+        self.stack = contextlib.AsyncExitStack()
+        self.env = await self._served(self.config.taskset_fields())
+        if self.config.eval_taskset is not None:
+            self.eval_env = await self._served({**self.config.taskset_fields(), **self.config.eval_taskset})
+        self.tasks = _cycle(self.env.taskset)
+        self.metrics: dict[str, list[float]] = {}
+
+    async def _served(self, taskset_fields: dict[str, Any]) -> Any:
+        import verifiers.v1 as vf
+
+        agent: dict[str, Any] = {"harness": HARNESS, "runtime": RUNTIME, "max_turns": self.config.max_turns}
+        config = vf.resolve_env_config({"taskset": {**taskset_fields, "id": self.taskset_id}, "agent": agent})
+        env = vf.load_environment(config)
+        await self.stack.enter_async_context(env.serving())
+        return env
+
+    def context(self, temperature: float) -> Any:
+        """The model of every episode: the run's inference server, through the train client (or the eval client
+        for an endpoint that answers text only)."""
+        import verifiers.v1 as vf
+
+        server = self.server_configs[0]
+        client_fields = {"base_url": server.base_url, "api_key_var": server.api_key_env or NO_KEY_VAR}
+        if os.environ.get(CLIENT_VAR, "train") == "eval":
+            client: Any = vf.EvalClientConfig(**client_fields)
+        else:
+            renderer_model = str(base_model_dir(self.config.tokenizer_name))
+            client = vf.TrainClientConfig(**client_fields, renderer_model_name=renderer_model)
+        sampling = vf.SamplingConfig(temperature=temperature, max_tokens=self.config.max_tokens)
+        return vf.ModelContext(model=server.model_name, client=client, sampling=sampling)
+
+    async def get_next_item(self) -> Any:
+        return next(self.tasks)
+
+    async def episodes(self, env: Any, task: Any, n: int, temperature: float) -> list[Any]:
+        """``n`` finished episodes of ``task``; ``EpisodeError`` with verifiers' message when one failed."""
+        context = self.context(temperature)
+        episodes = await asyncio.gather(*(env.run_slot(slot, context) for slot in env.slots(task, n)))
+        for episode in episodes:
+            problem = _failure(episode)
+            if problem is not None:
+                raise EpisodeError(f"verifiers episode of task {task.data.idx} ({self.taskset_id}): {problem}")
+        return list(episodes)
+
+    async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
+        episodes = await self.episodes(self.env, item, self.config.group_size, self.config.temperature)
+        traces = [episode.traces[-1] for episode in episodes]
+        for trace in traces:
+            for name, value in trace.metrics.items():
+                if value is not None:
+                    self.metrics.setdefault(name, []).append(float(value))
+        members = [trained_sequence(trace) for trace in traces]
+        group = self.scored_group(members, [float(trace.reward) for trace in traces])
+        if group is None:
+            return None, []
+        messages_G = [[_message(m) for m in trace.messages] for trace in traces]
+        return group.model_copy(update={"messages": messages_G}), []
+
+    async def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        if self.eval_env is None:
+            return {}
+        tasks = list(_first(self.eval_env.taskset, self.config.eval_items))
+        limit = asyncio.Semaphore(self.config.max_eval_workers)
+
+        async def greedy(task: Any) -> bool:
+            async with limit:
+                [episode] = await self.episodes(self.eval_env, task, 1, temperature=0.0)
+            return self.is_correct(float(episode.traces[-1].reward))
+
+        correct = await asyncio.gather(*(greedy(task) for task in tasks))
+        return {EVAL_PERCENT_CORRECT: sum(correct) / len(correct)} if correct else {}
+
+    async def wandb_log(self, wandb_metrics: dict[str, float] | None = None) -> dict[str, float]:
+        metrics = dict(wandb_metrics or {})
+        for name, values in self.metrics.items():
+            metrics[f"{METRIC_PREFIX}{name}"] = sum(values) / len(values)
+        self.metrics = {}
+        return metrics
+
+
+def trained_sequence(trace: Any) -> TrainedSequence:
+    """A trace's one branch as the trainer gets it: its token ids, the sampled ones trained on with their
+    sampling logprobs (the server's, carried by the train client), the rest masked."""
+    branches = [branch for branch in trace.branches if branch.trainable]
+    if len(branches) != 1:
+        raise EpisodeError(
+            f"a verifiers trace with {len(branches)} trainable branches (compaction, subagents) is not supported "
+            "yet; one branch per episode is"
+        )
+    [branch] = branches
+    tokens_T, sampled_T, logprobs_T = branch.token_ids, branch.sampled_mask, branch.logprobs
+    return TrainedSequence(
+        tokens_T=list(tokens_T),
+        masks_T=[t if s else MASK_IGNORE for t, s in zip(tokens_T, sampled_T, strict=True)],
+        logprobs_T=[lp if s else PROMPT_LOGPROB for lp, s in zip(logprobs_T, sampled_T, strict=True)],
+        test_only=os.environ.get(CLIENT_VAR, "train") == "eval",
+        truncated=bool(trace.is_truncated),
+    )
+
+
+def _failure(episode: Any) -> str | None:
+    """What went wrong in a finished episode, in verifiers' words; ``None`` when nothing did."""
+    errors = [*episode.errors, *(e for trace in episode.traces for e in trace.errors)]
+    if errors:
+        last = errors[-1]
+        return f"{last.type}: {last.message}"
+    if not episode.traces:
+        return "it ran no agent"
+    if not episode.ok:
+        return f"it did not complete (stop condition {episode.traces[-1].stop_condition})"
+    return None
+
+
+def _message(message: Any) -> Message:
+    content = message.content if isinstance(message.content, str) else str(message.content or "")
+    return Message(role=message.role, content=content)
+
+
+def _cycle(taskset: Any) -> Iterator[Any]:
+    """The taskset's tasks in its order, again from the start when it ends."""
+    while True:
+        empty = True
+        for task in taskset:
+            empty = False
+            yield task
+        if empty:
+            raise HermesNBError("the verifiers taskset loaded no tasks")
+
+
+def _first(taskset: Any, n: int) -> Iterator[Any]:
+    for k, task in enumerate(taskset):
+        if k >= n:
+            return
+        yield task
