@@ -64,10 +64,14 @@ def test_addition_verifiers_trains_to_completed_on_the_tokens_it_sampled(verifie
 
 def test_a_crashing_reward_ends_the_run_in_one_message_with_the_log_tail(verifiers_python: Path) -> None:
     run(rl_select_environment("broken_verifiers"))
-    run(rl_edit_config(SHORT))
+    # Every group fails alike here (each a few seconds of chat programs): three in a row end the run as twenty
+    # (the default) would, sooner.
+    run(rl_edit_config({**SHORT, "max_consecutive_failures": 3}))
 
     start = run(rl_start_training(total_steps=2))
     status = wait_for_status(start.run_id, lambda s: s.is_terminal, RUN_TIMEOUT_S)
 
-    assert status.status == "failed"
-    assert status.error is not None and "the broken reward crashed on purpose" in status.error
+    assert status.status == "failed" and status.failed_process == "env"
+    assert status.error is not None and "3 groups failed in a row" in status.error
+    assert "the broken reward crashed on purpose" in status.error
+    assert "last lines of the log" in status.error  # the environment's log tail, where each group's error is

@@ -4,8 +4,8 @@
 Python. ``setup`` loads the environment of the file named by ``FILE_VAR`` as verifiers loads one
 (``vf.load_environment(vf.resolve_env_config(...))``: the taskset by its id, its own fields from the settings'
 ``taskset.*``), with the local defaults (the ``subprocess`` runtime, the ``null`` harness; verifiers' own defaults
-are a remote sandbox and a shell-giving harness), and holds ``env.serving()`` (its interception server) for the
-process's life. An item is one of the taskset's tasks, in its order, over and over. A group is ``group_size``
+are a remote sandbox and a shell-giving harness), and holds ``env.serving()`` (its interception server) until
+``teardown``. An item is one of the taskset's tasks, in its order, over and over. A group is ``group_size``
 episodes of it (``env.run_slot``), sampled through verifiers' **train** client from the run's inference server's
 ``/inference/v1/generate``: the client renders the chat to token ids itself, so each trace's branch carries the
 exact ``token_ids``, ``sampled_mask`` and ``logprobs`` the server sampled, and those are what is trained. The
@@ -52,6 +52,7 @@ class VerifiersEnv(BaseEnv):
 
     env: Any = None
     eval_env: Any = None
+    stack: contextlib.AsyncExitStack | None = None  # the environments' ``serving()``, held from setup to teardown
 
     async def setup(self) -> None:
         file = os.environ.get(FILE_VAR, "")
@@ -59,20 +60,25 @@ class VerifiersEnv(BaseEnv):
             raise HermesNBError(f"{FILE_VAR} names no verifiers environment file")
         self.taskset_id, folder = taskset_id(file)
         sys.path.insert(0, str(folder))
-        self.stack = contextlib.AsyncExitStack()
-        self.env = await self._served(self.config.taskset_fields())
+        self.stack = stack = contextlib.AsyncExitStack()
+        self.env = await self._served(stack, self.config.taskset_fields())
         if self.config.eval_taskset is not None:
-            self.eval_env = await self._served({**self.config.taskset_fields(), **self.config.eval_taskset})
+            self.eval_env = await self._served(stack, {**self.config.taskset_fields(), **self.config.eval_taskset})
         self.tasks = _cycle(self.env.taskset)
         self.metrics: dict[str, list[float]] = {}
 
-    async def _served(self, taskset_fields: dict[str, Any]) -> Any:
+    async def teardown(self) -> None:
+        # Closed here, in setup's task: left to the loop's shutdown, verifiers' serving() fails to close.
+        if self.stack is not None:
+            await self.stack.aclose()
+
+    async def _served(self, stack: contextlib.AsyncExitStack, taskset_fields: dict[str, Any]) -> Any:
         import verifiers.v1 as vf
 
         agent: dict[str, Any] = {"harness": HARNESS, "runtime": RUNTIME, "max_turns": self.config.max_turns}
         config = vf.resolve_env_config({"taskset": {**taskset_fields, "id": self.taskset_id}, "agent": agent})
         env = vf.load_environment(config)
-        await self.stack.enter_async_context(env.serving())
+        await stack.enter_async_context(env.serving())
         return env
 
     def context(self, temperature: float) -> Any:
