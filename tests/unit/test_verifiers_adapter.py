@@ -1,6 +1,7 @@
 """The verifiers adapter without a run: discovery claims a ``vf.Taskset`` subclass without importing it, the schema
-child shows the taskset's own config fields as ``taskset.*``, and a Python without verifiers is refused in one line
-naming it and the install command."""
+child shows the taskset's own config fields as ``taskset.*``, a Python without verifiers is refused in one line
+naming it and the install command, and one without ``uv`` (verifiers runs its chat program with it) is refused
+before a run starts, and by the environment process's preparation of that program, naming uv."""
 
 from __future__ import annotations
 
@@ -13,11 +14,25 @@ from side_envs import REPO_ROOT, side_env_python
 
 from hermes_nb.atropos.interpreter import env_python_environment
 from hermes_nb.errors import EnvironmentPythonError
-from hermes_nb.frameworks.verifiers import interpreter, schema_child
+from hermes_nb.frameworks.verifiers import chat_program, interpreter, schema_child
 from hermes_nb.selection import schema_child as generic_schema_child
 from hermes_nb.selection.discovery import scan
 
 EXAMPLE = REPO_ROOT / "environments" / "addition_verifiers.py"
+# A PATH without uv on it (and without the side venv's bin).
+BARE_PATH = "/usr/bin:/bin"
+
+
+@pytest.fixture
+def python_without_uv(tmp_path: Path) -> Path:
+    """The verifiers side venv's packages under an interpreter with no uv beside it: a venv folder of its own (its
+    pyvenv.cfg, its lib linked to the side venv's), so the packages import but uv is not there."""
+    side = side_env_python("verifiers").parent.parent
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(side / "bin" / "python")
+    (tmp_path / "pyvenv.cfg").write_text((side / "pyvenv.cfg").read_text())
+    (tmp_path / "lib").symlink_to(side / "lib")
+    return tmp_path / "bin" / "python"
 
 
 def test_discovery_claims_the_taskset_subclass_for_verifiers() -> None:
@@ -51,3 +66,24 @@ def test_a_python_without_verifiers_is_refused_naming_it_and_the_install_command
         interpreter.verifiers_python(str(EXAMPLE))
     message = str(refused.value)
     assert python in message and "pip install verifiers==0.4.0" in message and "\n" not in message
+
+
+def test_a_verifiers_python_without_uv_is_refused_before_a_run_naming_uv(
+    python_without_uv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(interpreter.VERIFIERS_PYTHON_VAR, str(python_without_uv))
+    monkeypatch.setenv("PATH", BARE_PATH)
+    with pytest.raises(EnvironmentPythonError) as refused:
+        interpreter.verifiers_python(str(EXAMPLE))
+    message = str(refused.value)
+    assert "cannot import or find uv." in message and str(python_without_uv) in message and "\n" not in message
+
+
+def test_preparing_the_chat_program_without_uv_fails_at_once_naming_uv(python_without_uv: Path) -> None:
+    done = subprocess.run(
+        [str(python_without_uv), "-m", chat_program.__name__], capture_output=True, text=True, timeout=120,
+        env=env_python_environment({"PATH": BARE_PATH, "HOME": str(python_without_uv.parent.parent)}),
+    )  # fmt: skip
+    assert done.returncode != 0
+    [message] = done.stderr.strip().splitlines()
+    assert "no uv is beside" in message and "pip install uv" in message

@@ -1,18 +1,19 @@
 """The environment process of a verifiers run: verifiers plays the episodes, hermes-nb trains their exact tokens.
 
 ``python -m hermes_nb.env_runtime serve <this file>:VerifiersEnv --config <run>/config.yaml`` in the verifiers
-Python. ``setup`` loads the environment of the file named by ``FILE_VAR`` as verifiers loads one
-(``vf.load_environment(vf.resolve_env_config(...))``: the taskset by its id, its own fields from the settings'
-``taskset.*``), with the local defaults (the ``subprocess`` runtime, the ``null`` harness; verifiers' own defaults
-are a remote sandbox and a shell-giving harness), and holds ``env.serving()`` (its interception server) until
-``teardown``. An item is one of the taskset's tasks, in its order, over and over. A group is ``group_size``
-episodes of it (``env.run_slot``), sampled through verifiers' **train** client from the run's inference server's
-``/inference/v1/generate``: the client renders the chat to token ids itself, so each trace's branch carries the
-exact ``token_ids``, ``sampled_mask`` and ``logprobs`` the server sampled, and those are what is trained. The
-score is the trace's reward (the weighted sum of its ``@vf.reward``s); its ``@vf.metric``s are reported as
-``verifiers/<name>`` in ``env_metrics.jsonl``. An episode that failed (a reward or setup that raised, a harness
-that could not start) fails the group with verifiers' own message. ``rl_test_inference`` against an endpoint
-(``CLIENT_VAR=eval``) samples through verifiers' eval client instead: text only, for testing.
+Python. ``setup`` prepares the harness's chat program (``chat_program``), loads the environment of the file named
+by ``FILE_VAR`` as verifiers loads one (``vf.load_environment(vf.resolve_env_config(...))``: the taskset by its
+id, its own fields from the settings' ``taskset.*``), with the local defaults (the ``subprocess`` runtime, the
+``null`` harness; verifiers' own defaults are a remote sandbox and a shell-giving harness), and holds
+``env.serving()`` (its interception server) until ``teardown``. An item is one of the taskset's tasks, in its order,
+over and over. A group is ``group_size`` episodes of it (``env.run_slot``), sampled through verifiers' **train**
+client from the run's inference server's ``/inference/v1/generate``: the client renders the chat to token ids
+itself, so each trace's branch carries the exact ``token_ids``, ``sampled_mask`` and ``logprobs`` the server
+sampled, and those are what is trained. The score is the trace's reward (the weighted sum of its ``@vf.reward``s);
+its ``@vf.metric``s are reported as ``verifiers/<name>`` in ``env_metrics.jsonl``. An episode that failed (a reward
+or setup that raised, a harness that could not start) fails the group with verifiers' own message.
+``rl_test_inference`` against an endpoint (``CLIENT_VAR=eval``) samples through verifiers' eval client instead: text
+only, for testing.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from hermes_nb.config import BaseEnvConfig, base_model_dir
 from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.scoring import TrainedSequence
 from hermes_nb.errors import HermesNBError
+from hermes_nb.frameworks.verifiers import chat_program
 from hermes_nb.frameworks.verifiers.handoff import CLIENT_VAR, FILE_VAR, taskset_id
 from hermes_nb.frameworks.verifiers.settings import VerifiersSettings
 from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT
@@ -41,7 +43,7 @@ NO_KEY_VAR = "HERMES_NB_VERIFIERS_NO_KEY"
 METRIC_PREFIX = "verifiers/"
 
 
-class EpisodeError(HermesNBError):
+class VerifiersEpisodeError(HermesNBError):
     """A verifiers episode failed (its taskset's setup or reward raised, its harness could not run)."""
 
 
@@ -60,6 +62,7 @@ class VerifiersEnv(BaseEnv):
             raise HermesNBError(f"{FILE_VAR} names no verifiers environment file")
         self.taskset_id, folder = taskset_id(file)
         sys.path.insert(0, str(folder))
+        await chat_program.prepare()  # the episodes' uv program: one clear error now rather than one per group
         self.stack = stack = contextlib.AsyncExitStack()
         self.env = await self._served(stack, self.config.taskset_fields())
         if self.config.eval_taskset is not None:
@@ -100,13 +103,13 @@ class VerifiersEnv(BaseEnv):
         return next(self.tasks)
 
     async def episodes(self, env: Any, task: Any, n: int, temperature: float) -> list[Any]:
-        """``n`` finished episodes of ``task``; ``EpisodeError`` with verifiers' message when one failed."""
+        """``n`` finished episodes of ``task``; ``VerifiersEpisodeError`` with verifiers' message when one failed."""
         context = self.context(temperature)
         episodes = await asyncio.gather(*(env.run_slot(slot, context) for slot in env.slots(task, n)))
         for episode in episodes:
             problem = _failure(episode)
             if problem is not None:
-                raise EpisodeError(f"verifiers episode of task {task.data.idx} ({self.taskset_id}): {problem}")
+                raise VerifiersEpisodeError(f"verifiers episode of task {task.data.idx} ({self.taskset_id}): {problem}")
         return list(episodes)
 
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
@@ -150,7 +153,7 @@ def trained_sequence(trace: Any) -> TrainedSequence:
     sampling logprobs (the server's, carried by the train client), the rest masked."""
     branches = [branch for branch in trace.branches if branch.trainable]
     if len(branches) != 1:
-        raise EpisodeError(
+        raise VerifiersEpisodeError(
             f"a verifiers trace with {len(branches)} trainable branches (compaction, subagents) is not supported "
             "yet; one branch per episode is"
         )
