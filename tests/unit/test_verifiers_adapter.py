@@ -40,6 +40,8 @@ def test_discovery_claims_the_taskset_subclass_for_verifiers() -> None:
     found = {info.name: info for info in environments}
     info = found["addition_verifiers"]
     assert (info.framework, info.class_name) == ("verifiers", "AdditionTaskset")
+    tools = found["calculator_verifiers"]
+    assert (tools.framework, tools.class_name) == ("verifiers", "CalculatorTaskset")
 
 
 def test_the_schema_child_shows_the_tasksets_fields_as_taskset_fields() -> None:

@@ -62,6 +62,8 @@ class VerifiersEnv(BaseEnv):
             raise HermesNBError(f"{FILE_VAR} names no verifiers environment file")
         self.taskset_id, folder = taskset_id(file)
         sys.path.insert(0, str(folder))
+        # verifiers starts a taskset's tool servers as `python -m <the environment's module>`: they import it too.
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
         await chat_program.prepare()  # the episodes' uv program: one clear error now rather than one per group
         self.stack = stack = contextlib.AsyncExitStack()
         self.env = await self._served(stack, self.config.taskset_fields())
@@ -94,10 +96,21 @@ class VerifiersEnv(BaseEnv):
         if os.environ.get(CLIENT_VAR, "train") == "eval":
             client: Any = vf.EvalClientConfig(**client_fields)
         else:
-            renderer_model = str(base_model_dir(self.config.tokenizer_name))
-            client = vf.TrainClientConfig(**client_fields, renderer_model_name=renderer_model)
+            client = vf.TrainClientConfig(
+                **client_fields, renderer_model_name=str(base_model_dir(self.config.tokenizer_name)),
+                renderer=self.renderer(),
+            )  # fmt: skip
         sampling = vf.SamplingConfig(temperature=temperature, max_tokens=self.config.max_tokens)
         return vf.ModelContext(model=server.model_name, client=client, sampling=sampling)
+
+    def renderer(self) -> Any:
+        """The train client's renderer: the chat template with ``tool_parser`` reading the model's tool calls
+        (none: verifiers picks one by model name, its default refusing tools)."""
+        if self.config.tool_parser is None:
+            return None
+        from renderers import DefaultRendererConfig
+
+        return DefaultRendererConfig(tool_parser=self.config.tool_parser)
 
     async def get_next_item(self) -> Any:
         return next(self.tasks)
@@ -182,8 +195,16 @@ def _failure(episode: Any) -> str | None:
 
 
 def _message(message: Any) -> Message:
-    content = message.content if isinstance(message.content, str) else str(message.content or "")
-    return Message(role=message.role, content=content)
+    """A trace message as the rollout viewer reads one: its text, and an assistant's tool calls in OpenAI's shape."""
+    content = message.content if isinstance(message.content, str) or message.content is None else str(message.content)
+    calls = getattr(message, "tool_calls", None) or []
+    if not calls:
+        return Message(role=message.role, content=content)
+    tool_calls = [
+        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+        for call in calls
+    ]
+    return Message(role=message.role, content=content, tool_calls=tool_calls)
 
 
 def _cycle(taskset: Any) -> Iterator[Any]:

@@ -3,7 +3,8 @@
 hermes-nb's own (``BaseEnvConfig``: group size, workers, sizes) plus how a reply is sampled and what the held-out
 evaluation loads; the taskset's own config fields join them as ``taskset.<field>`` (verifiers'
 ``--env.taskset.<field>``), read from the taskset's config class by ``schema_child``. Each episode runs locally:
-verifiers' ``subprocess`` runtime and its ``null`` harness (one chat turn), never a remote sandbox, never a push.
+verifiers' ``subprocess`` runtime and its ``null`` harness (a chat program: one turn, and one more per tool call),
+never a remote sandbox, never a push; ``tool_parser`` says how the train client reads the model's tool calls.
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ class VerifiersSettings(BaseEnvConfig):
     eval_taskset: dict[str, Any] | None = Field(
         default=None,
         description="Taskset fields of the held-out evaluation (e.g. {split: held_out}); none: no evaluation.",
+    )
+    tool_parser: str | None = Field(
+        default="qwen3",
+        description=(
+            "How the train client reads the model's tool calls (a renderers tool parser; qwen3: the Hermes "
+            "<tool_call> JSON format of the shipped chat model); none: verifiers' renderer for the model's name."
+        ),
     )
     max_token_length: int = Field(
         default=512, ge=8, le=32768, description="Longest episode (prompt and reply), in tokens."
