@@ -89,3 +89,14 @@ def test_preparing_the_chat_program_without_uv_fails_at_once_naming_uv(python_wi
     assert done.returncode != 0
     [message] = done.stderr.strip().splitlines()
     assert "no uv is beside" in message and "pip install uv" in message
+
+
+def test_an_unknown_tool_parser_is_refused_naming_the_field_and_the_parsers() -> None:
+    check = "from hermes_nb.frameworks.verifiers.episode_env import _check_tool_parser; _check_tool_parser('hermes')"
+    done = subprocess.run(
+        [str(side_env_python("verifiers")), "-c", check], capture_output=True, text=True, timeout=120,
+        env=env_python_environment({"PATH": BARE_PATH}),
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "env.tool_parser: 'hermes' is not a renderers tool parser; accepted: " in done.stderr
+    assert "qwen3" in done.stderr.splitlines()[-1]

@@ -64,6 +64,7 @@ class VerifiersEnv(BaseEnv):
         sys.path.insert(0, str(folder))
         # verifiers starts a taskset's tool servers as `python -m <the environment's module>`: they import it too.
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+        _check_tool_parser(self.config.tool_parser)
         await chat_program.prepare()  # the episodes' uv program: one clear error now rather than one per group
         self.stack = stack = contextlib.AsyncExitStack()
         self.env = await self._served(stack, self.config.taskset_fields())
@@ -163,7 +164,9 @@ class VerifiersEnv(BaseEnv):
 
 def trained_sequence(trace: Any) -> TrainedSequence:
     """A trace's one branch as the trainer gets it: its token ids, the sampled ones trained on with their
-    sampling logprobs (the server's, carried by the train client), the rest masked."""
+    sampling logprobs (the server's, carried by the train client), the rest masked. The eval client's trace
+    carries no token ids: its member is empty and test-only (scored by ``rl_test_inference``, never trained; the
+    group's messages carry the text)."""
     branches = [branch for branch in trace.branches if branch.trainable]
     if len(branches) != 1:
         raise VerifiersEpisodeError(
@@ -179,6 +182,15 @@ def trained_sequence(trace: Any) -> TrainedSequence:
         test_only=os.environ.get(CLIENT_VAR, "train") == "eval",
         truncated=bool(trace.is_truncated),
     )
+
+
+def _check_tool_parser(name: str | None) -> None:
+    """Refuse a ``tool_parser`` renderers does not have now, rather than in every episode's first turn."""
+    from renderers.parsers import TOOL_PARSERS
+
+    if name is not None and name not in TOOL_PARSERS:
+        accepted = ", ".join(sorted(TOOL_PARSERS))
+        raise HermesNBError(f"env.tool_parser: {name!r} is not a renderers tool parser; accepted: {accepted}, or none")
 
 
 def _failure(episode: Any) -> str | None:
