@@ -5,6 +5,7 @@ Errors that belong to one part are defined beside it (a file name after the clas
 (``tests/unit/test_error_tree.py`` draws it from the source and compares)::
 
     HermesNBError
+      ChatProgramError (frameworks/verifiers/chat_program.py)
       ChatTemplateError (env/chat_render.py)
         TemplateNotPrefixStable (env/episodes.py)
       ConfigError
@@ -37,6 +38,7 @@ Errors that belong to one part are defined beside it (a file name after the clas
       TransferError
       UnknownEnvironmentError
       UnknownRunError
+      VerifiersEpisodeError (frameworks/verifiers/episode_env.py)
 """
 
 from __future__ import annotations

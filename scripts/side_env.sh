@@ -6,8 +6,10 @@
 #   sh scripts/side_env.sh NAME        prints the environment's python on the last line
 #
 # The requirements file's first line may name the interpreter: "# python: 3.12"; an "# uninstall: A B" line names
-# packages removed after the install (a dependency pip insists on that breaks the environment's imports). The build
-# is cached: a stamp holds the hash of the requirements file and the interpreter version, so a changed pin rebuilds
+# packages removed after the install (a dependency pip insists on that breaks the environment's imports); a
+# "# post: ARGS" line is run as the environment's python ARGS (split on spaces) after that, with hermes-nb's source
+# importable: the first-use work of a package (a download it would make at run time) done once, here. The build is
+# cached: a stamp holds the hash of the requirements file and the interpreter version, so a changed pin rebuilds
 # it and an unchanged one costs nothing. A failed build leaves no stamp, so the next call starts over.
 set -eu
 name="$1"
@@ -45,5 +47,8 @@ rm -rf "$target"
 unwanted="$(sed -n 's/^# uninstall: *//p' "$requirements" | head -n 1)"
 # Word splitting wanted: the line is a list of package names.
 [ -z "$unwanted" ] || "$target/bin/python" -m pip uninstall -q -y $unwanted >&2
+post="$(sed -n 's/^# post: *//p' "$requirements" | head -n 1)"
+# Word splitting wanted: the line is the arguments of one python command.
+[ -z "$post" ] || PYTHONPATH="$root" "$target/bin/python" $post >&2
 echo "$stamp_value" > "$target/.stamp"
 echo "$target/bin/python"

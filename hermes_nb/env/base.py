@@ -80,6 +80,10 @@ class BaseEnv(ABC):
     async def setup(self) -> None:  # noqa: B027 - optional hook, empty by design
         """Load or generate data. Called once before the first item."""
 
+    async def teardown(self) -> None:  # noqa: B027 - optional hook, empty by design
+        """Release what ``setup`` holds (servers, child processes). Called once when the process ends its work,
+        in the task that ran ``setup``, whether or not it succeeded."""
+
     @abstractmethod
     async def get_next_item(self) -> Item:
         """The next training item (never a held-out evaluation item)."""

@@ -103,5 +103,6 @@ async def _dispatch(args: argparse.Namespace, env: BaseEnv) -> int:
         else:
             print(json.dumps(await runtime.evaluate_once(env), indent=1))
     finally:
+        await env.teardown()
         await env.server.aclose()
     return 0

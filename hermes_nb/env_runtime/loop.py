@@ -100,6 +100,7 @@ async def serve(
         await link.aclose()
         if metrics is not None:
             metrics.close()
+        await env.teardown()
         await env.server.aclose()
     if outcome.status == "failed":
         logger.error("environment failed: %s", outcome.error)

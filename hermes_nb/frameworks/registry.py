@@ -26,6 +26,7 @@ from hermes_nb.frameworks.atroposlib.adapter import AtroposlibFramework
 from hermes_nb.frameworks.contract import FrameworkAdapter
 from hermes_nb.frameworks.native.adapter import NativeFramework
 from hermes_nb.frameworks.openenv.adapter import OpenEnvFramework
+from hermes_nb.frameworks.verifiers.adapter import VerifiersFramework
 
 FRAMEWORKS_VAR = "HERMES_NB_FRAMEWORKS"
 ENTRY_POINT_GROUP = "hermes_nb.frameworks"
@@ -36,6 +37,7 @@ SHIPPED: tuple[FrameworkAdapter, ...] = (
     NativeFramework(),
     AtroposlibFramework(),
     OpenEnvFramework(),
+    VerifiersFramework(),
 )
 
 # Adapters from outside, by the value of FRAMEWORKS_VAR they were loaded for (a test or a kernel may change it).

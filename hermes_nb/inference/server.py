@@ -1,5 +1,6 @@
 """The inference server: OpenAI-compatible completions and chat, ``/generate`` on token ids (hermes-nb's shape and
-vLLM's, which atroposlib's ``managed_server`` samples through), ``/health``.
+vLLM's, which atroposlib's ``managed_server`` samples through), vLLM's ``/inference/v1/generate`` (what verifiers'
+train client samples through), ``/v1/models`` (with vLLM's ``max_model_len``), ``/health``.
 
 It runs inside the trainer process (uvicorn on a thread, see ``InferenceServer``) and samples from the live
 policy held by an ``InferenceEngine``. ``/health`` answers 503 until the first policy is published, so a
@@ -41,8 +42,15 @@ from hermes_nb.protocol.inference import (
     GenerateRequest,
     GenerateResponse,
     HealthResponse,
+    ModelCard,
+    ModelList,
     NamedToolChoice,
     SamplingParams,
+    TokenChoice,
+    TokenGenerateRequest,
+    TokenGenerateResponse,
+    TokenLogprob,
+    TokenLogprobs,
     Usage,
     VLLMGenerateRequest,
     VLLMGenerateResponse,
@@ -240,6 +248,35 @@ async def _vllm_generate(engine: InferenceEngine, request: VLLMGenerateRequest) 
     )
 
 
+async def _token_generate(engine: InferenceEngine, request: TokenGenerateRequest) -> TokenGenerateResponse:
+    """vLLM's ``/inference/v1/generate``: the same sampling as ``/generate``, one prompt, choices in vLLM's shape."""
+    policy = _policy(engine)
+    params = request.sampling_params
+    _check_prompt(policy, request.token_ids, params.max_tokens, "token_ids")
+    results, version = await engine.sample(_rows(policy, [request.token_ids], params, params.stop_token_ids))
+    choices = [
+        TokenChoice(
+            index=k,
+            token_ids=r.token_ids,
+            logprobs=TokenLogprobs(
+                content=[
+                    TokenLogprob(token=f"token_id:{token}", logprob=logprob)
+                    for token, logprob in zip(r.token_ids, r.logprobs, strict=True)
+                ]
+            ),
+            finish_reason=r.finish_reason,
+        )
+        for k, r in enumerate(results)
+    ]
+    return TokenGenerateResponse(
+        request_id=f"gen-{uuid.uuid4().hex}",
+        choices=choices,
+        prompt_token_ids=request.token_ids,
+        usage=_usage([request.token_ids], params.n, results),
+        policy_version=version,
+    )
+
+
 def create_app(engine: InferenceEngine) -> FastAPI:
     app = FastAPI(title="hermes-nb inference")
     require_run_secret(app)
@@ -252,9 +289,10 @@ def create_app(engine: InferenceEngine) -> FastAPI:
         return HealthResponse(model=policy.name, policy_version=policy.version)
 
     @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
+    async def models() -> ModelList:
         policy = _policy(engine)
-        return {"object": "list", "data": [{"id": policy.name, "object": "model", "owned_by": "hermes-nb"}]}
+        context = getattr(policy.model.config, "max_position_embeddings", None)
+        return ModelList(data=[ModelCard(id=policy.name, max_model_len=context)])
 
     @app.post("/generate", response_model=None)
     async def generate(request: Request) -> GenerateResponse | VLLMGenerateResponse:
@@ -264,6 +302,12 @@ def create_app(engine: InferenceEngine) -> FastAPI:
         if isinstance(body, dict) and isinstance(body.get("prompt"), dict):
             return await _vllm_generate(engine, _validated(VLLMGenerateRequest, body))
         return await _generate(engine, _validated(GenerateRequest, body))
+
+    @app.post("/inference/v1/generate")
+    async def token_generate(request: TokenGenerateRequest) -> TokenGenerateResponse:
+        # vLLM's token-in endpoint, mounted at the root as vLLM mounts it: verifiers' train client renders the
+        # conversation itself and samples here, so its trace holds exactly these tokens and logprobs.
+        return await _token_generate(engine, request)
 
     @app.post("/v1/completions", response_model=None)
     async def completions(request: CompletionRequest) -> CompletionResponse | StreamingResponse:

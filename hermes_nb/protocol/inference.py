@@ -281,6 +281,65 @@ class VLLMGenerateResponse(BaseModel):
     policy_version: int
 
 
+class TokenSamplingParams(SamplingParams):
+    """The ``sampling_params`` of ``/inference/v1/generate`` (vLLM's token-in endpoint): vLLM's sampling fields,
+    those hermes-nb has no use for ignored as ``SamplingParams`` ignores them (``skip_special_tokens``: the answer
+    is token ids; ``logprobs``: the sampled token's logprob is always sent)."""
+
+    stop_token_ids: list[int] | None = None
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+
+
+class TokenGenerateRequest(BaseModel):
+    """``POST /inference/v1/generate``: one prompt as token ids, as verifiers' train client (through the
+    ``renderers`` package) and prime-rl send it."""
+
+    model: str = "policy"
+    token_ids: list[int] = Field(min_length=1)
+    sampling_params: TokenSamplingParams = Field(default_factory=TokenSamplingParams)
+
+
+class TokenLogprob(BaseModel):
+    """One sampled token's logprob, the token named ``token_id:<id>`` (what ``renderers`` checks it against)."""
+
+    token: str
+    logprob: float
+
+
+class TokenLogprobs(BaseModel):
+    content: list[TokenLogprob]
+
+
+class TokenChoice(BaseModel):
+    index: int
+    token_ids: list[int]
+    logprobs: TokenLogprobs
+    finish_reason: FinishReason
+
+
+class TokenGenerateResponse(BaseModel):
+    request_id: str
+    choices: list[TokenChoice]
+    prompt_token_ids: list[int]
+    usage: Usage
+    policy_version: int
+
+
+class ModelCard(BaseModel):
+    """One model of ``GET /v1/models``; ``max_model_len`` is vLLM's addition (the context, prompt and completion
+    together), which ``renderers`` reads to refuse an overlong prompt before sending it."""
+
+    id: str
+    object: Literal["model"] = "model"
+    owned_by: str = "hermes-nb"
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
 class GeneratedSequence(BaseModel):
     prompt_index: int
     token_ids: list[int]

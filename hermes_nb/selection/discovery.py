@@ -196,6 +196,10 @@ def _dotted(node: ast.expr) -> str | None:
     return None
 
 
+def _unsubscripted(node: ast.expr) -> ast.expr:
+    return node.value if isinstance(node, ast.Subscript) else node
+
+
 def _resolve_name(dotted: str, aliases: dict[str, str]) -> str:
     head, _, rest = dotted.partition(".")
     qualified = aliases.get(head)
@@ -205,7 +209,8 @@ def _resolve_name(dotted: str, aliases: dict[str, str]) -> str:
 
 
 def _class_record(node: ast.ClassDef, aliases: dict[str, str]) -> ClassRecord:
-    bases = tuple(_resolve_name(d, aliases) for b in node.bases if (d := _dotted(b)))
+    # A generic base counts as its class: verifiers' ``vf.Taskset[MyTask, MyConfig]`` is ``vf.Taskset``.
+    bases = tuple(_resolve_name(d, aliases) for b in node.bases if (d := _dotted(_unsubscripted(b))))
     metaclass = next((_dotted(k.value) for k in node.keywords if k.arg == "metaclass"), None)
     abstract = (
         node.name.startswith("_")

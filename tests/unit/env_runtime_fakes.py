@@ -215,6 +215,10 @@ TINY_ENV = textwrap.dedent(
 
         async def setup(self):
             self.counter = 0
+            self.torn_down = False
+
+        async def teardown(self):
+            self.torn_down = True
 
         async def get_next_item(self):
             self.counter += 1

@@ -196,19 +196,24 @@ def test_worker_exceptions_skip_the_group_and_the_run_goes_on(
     assert failed >= 1
 
 
-def test_repeated_failures_end_serve_with_a_failure(tmp_path: Path, servers: tuple) -> None:  # type: ignore[type-arg]
+def test_repeated_failures_end_serve_with_a_failure_and_tear_the_environment_down(
+    tmp_path: Path,
+    servers: tuple,  # type: ignore[type-arg]
+) -> None:
     api_url, inf_url, _ = servers
     config = run_config(tmp_path, api_url, inf_url, fail_always=True, steps_per_eval=0, max_num_workers=4)
+    env = tiny_env(tmp_path, config)
 
     async def scenario() -> runtime.ServeOutcome:
         async with TrajectoryClient(api_url) as api:
             await register_trainer(api, 10)
-            return await asyncio.wait_for(runtime.serve(tiny_env(tmp_path, config), config, handle_signals=False), 30)
+            return await asyncio.wait_for(runtime.serve(env, config, handle_signals=False), 30)
 
     outcome = asyncio.run(scenario())
     assert outcome.status == "failed" and outcome.exit_code == 1
     assert "20 groups failed in a row" in (outcome.error or "")
     assert "tiny env broke" in (outcome.error or "")
+    assert getattr(env, "torn_down", False)  # its teardown hook ran (what setup holds is released)
 
 
 def test_serve_cli_disconnects_and_exits_0_on_sigterm(tmp_path: Path, servers: tuple) -> None:  # type: ignore[type-arg]

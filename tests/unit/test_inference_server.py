@@ -97,6 +97,40 @@ def test_generate_in_vllms_shape_answers_as_vllm_does_with_the_same_logprobs(ser
     assert refused.status_code == 422 and "prompt_token_ids" in refused.text
 
 
+def test_inference_v1_generate_answers_as_vllm_does_for_verifiers_train_client(server, model_and_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    # what the renderers package (verifiers' train client) posts, and the fields it reads back
+    srv, url = server
+    _publish(srv, model_and_tokenizer, version=4)
+    prompt = [10, 11, 12]
+    sampling = {"temperature": 1.0, "max_tokens": 5, "n": 2, "stop_token_ids": [7], "logprobs": 1,
+                "skip_special_tokens": False}  # fmt: skip
+    answer = httpx.post(
+        f"{url}/inference/v1/generate", json={"model": "tiny", "token_ids": prompt, "sampling_params": sampling},
+        timeout=30,
+    ).json()  # fmt: skip
+    assert answer["policy_version"] == 4 and answer["prompt_token_ids"] == prompt and len(answer["choices"]) == 2
+    model, _ = model_and_tokenizer
+    for choice in answer["choices"]:
+        ids = choice["token_ids"]
+        assert [entry["token"] for entry in choice["logprobs"]["content"]] == [f"token_id:{t}" for t in ids]
+        assert 7 not in ids[:-1] and choice["finish_reason"] in ("stop", "length")
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([prompt + ids])).logits.float(), -1)[0]
+        expected = logp[torch.arange(len(prompt) - 1, len(prompt) + len(ids) - 1), torch.tensor(ids)]
+        logprobs = [entry["logprob"] for entry in choice["logprobs"]["content"]]
+        assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-4)
+    assert answer["usage"]["completion_tokens"] == sum(len(c["token_ids"]) for c in answer["choices"])
+    refused = httpx.post(f"{url}/inference/v1/generate", json={"token_ids": []})
+    assert refused.status_code == 422 and "token_ids" in refused.text
+
+
+def test_models_lists_the_policy_with_its_context_as_max_model_len(server, model_and_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    srv, url = server
+    policy = _publish(srv, model_and_tokenizer)
+    [card] = httpx.get(f"{url}/v1/models").json()["data"]
+    assert card["id"] == "tiny" and card["max_model_len"] == policy.model.config.max_position_embeddings
+
+
 def test_concurrent_requests_share_one_batch(server, model_and_tokenizer) -> None:  # type: ignore[no-untyped-def]
     srv, url = server
     _publish(srv, model_and_tokenizer)

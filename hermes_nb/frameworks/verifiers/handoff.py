@@ -1,0 +1,26 @@
+"""What the adapter hands a verifiers run's environment process, named once for both sides: the process's
+environment class (by file and name, so the kernel never imports verifiers or httpx), the variable naming the
+environment file whose taskset it runs, and the one saying which verifiers client samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+EPISODE_ENV_FILE = Path(__file__).resolve().with_name("episode_env.py")
+EPISODE_ENV_CLASS = "VerifiersEnv"
+EPISODE_ENV_SPEC = f"{EPISODE_ENV_FILE}:{EPISODE_ENV_CLASS}"
+FILE_VAR = "HERMES_NB_VERIFIERS_FILE"  # the environment file (its module is the taskset id)
+CLIENT_VAR = "HERMES_NB_VERIFIERS_CLIENT"  # "train" (a local model's server: token ids) or "eval" (an endpoint)
+ClientKind = Literal["train", "eval"]
+# The settings key prefix of the taskset's own config fields ("taskset.split" is verifiers' --env.taskset.split).
+TASKSET_PREFIX = "taskset."
+
+
+def taskset_id(file: str) -> tuple[str, Path]:
+    """The taskset id of the environment in ``file`` (its module's name) and the folder to import it from: a
+    module file is its stem in its folder, a package's ``__init__.py`` the package in the folder above."""
+    path = Path(file).resolve()
+    if path.name == "__init__.py":
+        return path.parent.name, path.parent.parent
+    return path.stem, path.parent

@@ -1,0 +1,103 @@
+"""A verifiers environment run as it is: the shipped ``addition_verifiers`` selected, edited and trained to
+``completed`` on the embedded chat model through verifiers' train client, training exactly the tokens the run's
+inference server sampled; the tool environment ``calculator_verifiers`` likewise, its ``calculate`` calls in the
+recorded samples; and tests/fixtures/verifiers/broken_verifiers.py's crashing reward ending a run in one
+message with the environment's log tail. verifiers lives in its own virtual environment (.venvs/verifiers, built by
+``make test``; ``side_env_python`` skips these tests where it is absent, and fails them in CI)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from run_helpers import run, wait_for_status
+from side_envs import REPO_ROOT, side_env_python
+
+from hermes_nb.api import rl_edit_config, rl_get_samples, rl_select_environment, rl_start_training, rl_stop_training
+from hermes_nb.frameworks.verifiers.interpreter import VERIFIERS_PYTHON_VAR
+from hermes_nb.protocol.recorded_batches import read_trajectories
+from hermes_nb.protocol.run_files import TRAJECTORIES_FILE
+from hermes_nb.protocol.trajectory import MASK_IGNORE
+from hermes_nb.runs.registry import known_run_ids
+from hermes_nb.system import home
+
+FIXTURES = REPO_ROOT / "tests" / "fixtures" / "verifiers"
+# Each episode starts verifiers' chat program (a Python process): a short run takes a minute or two here.
+RUN_TIMEOUT_S = 300
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2 * RUN_TIMEOUT_S)]
+SHORT = {"group_size": 2, "batch_size": 4, "eval_items": 2, "max_num_workers": 2, "wandb.mode": "disabled"}
+# The embedded chat model rarely adds right: groups scoring all 0 are kept (advantage 0) so the run moves.
+KEEP_FLAT_GROUPS = {"ensure_scores_are_not_same": False}
+
+
+@pytest.fixture
+def verifiers_python(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    python = side_env_python("verifiers")
+    monkeypatch.setenv(VERIFIERS_PYTHON_VAR, str(python))
+    monkeypatch.setenv(home.ENV_PATH_VAR, str(FIXTURES))
+    yield python
+    for run_id in known_run_ids():
+        run(rl_stop_training(run_id))
+
+
+def test_addition_verifiers_trains_to_completed_on_the_tokens_it_sampled(verifiers_python: Path) -> None:
+    run(rl_select_environment("addition_verifiers"))
+    run(rl_edit_config({**SHORT, **KEEP_FLAT_GROUPS, "env.eval_taskset": {"split": "held_out"}}))
+
+    start = run(rl_start_training(total_steps=2))
+    status = wait_for_status(start.run_id, lambda s: s.is_terminal, RUN_TIMEOUT_S)
+
+    assert status.status == "completed", status.error
+    trained = [
+        group for _, groups in read_trajectories(home.run_dir(start.run_id) / TRAJECTORIES_FILE) for group in groups
+    ]
+    assert trained
+    for group in trained:
+        assert group.inference_logprobs is not None  # the server's, carried on verifiers' trace
+        for tokens, masks, logprobs in zip(group.tokens, group.masks, group.inference_logprobs, strict=True):
+            sampled = [i for i, mask in enumerate(masks) if mask != MASK_IGNORE]
+            assert sampled and all(masks[i] == tokens[i] for i in sampled)
+            assert all(logprobs[i] <= 0.0 for i in sampled) and any(logprobs[i] < 0.0 for i in sampled)
+    env_metrics = (home.run_dir(start.run_id) / "env_metrics.jsonl").read_text()
+    assert "verifiers/reply_chars" in env_metrics and "eval/percent_correct" in env_metrics
+
+
+def test_calculator_verifiers_trains_to_completed_with_its_tool_calls_on_the_tokens_it_sampled(
+    verifiers_python: Path,
+) -> None:
+    run(rl_select_environment("calculator_verifiers"))
+    # A tool call in the Hermes format is ~25 tokens; two calls and the answer fit in four turns.
+    run(rl_edit_config({**SHORT, **KEEP_FLAT_GROUPS, "env.max_tokens": 48, "env.max_turns": 4}))
+
+    start = run(rl_start_training(total_steps=2))
+    status = wait_for_status(start.run_id, lambda s: s.is_terminal, RUN_TIMEOUT_S)
+
+    assert status.status == "completed", status.error
+    trained = [
+        group for _, groups in read_trajectories(home.run_dir(start.run_id) / TRAJECTORIES_FILE) for group in groups
+    ]
+    assert trained
+    for group in trained:
+        assert group.inference_logprobs is not None
+        for tokens, masks, logprobs in zip(group.tokens, group.masks, group.inference_logprobs, strict=True):
+            sampled = [i for i, mask in enumerate(masks) if mask != MASK_IGNORE]
+            assert sampled and all(masks[i] == tokens[i] for i in sampled)
+            assert all(logprobs[i] <= 0.0 for i in sampled) and any(logprobs[i] < 0.0 for i in sampled)
+    samples = "\n".join(str(run(rl_get_samples(start.run_id, step, n=100))) for step in (1, 2))
+    assert "[tool call] calculate" in samples
+
+
+def test_a_crashing_reward_ends_the_run_in_one_message_with_the_log_tail(verifiers_python: Path) -> None:
+    run(rl_select_environment("broken_verifiers"))
+    # Every group fails alike here (each a few seconds of chat programs): three in a row end the run as twenty
+    # (the default) would, sooner.
+    run(rl_edit_config({**SHORT, "max_consecutive_failures": 3}))
+
+    start = run(rl_start_training(total_steps=2))
+    status = wait_for_status(start.run_id, lambda s: s.is_terminal, RUN_TIMEOUT_S)
+
+    assert status.status == "failed" and status.failed_process == "env"
+    assert status.error is not None and "3 groups failed in a row" in status.error
+    assert "the broken reward crashed on purpose" in status.error
+    assert "last lines of the log" in status.error  # the environment's log tail, where each group's error is

@@ -1,0 +1,102 @@
+"""The verifiers adapter without a run: discovery claims a ``vf.Taskset`` subclass without importing it, the schema
+child shows the taskset's own config fields as ``taskset.*``, a Python without verifiers is refused in one line
+naming it and the install command, and one without ``uv`` (verifiers runs its chat program with it) is refused
+before a run starts, and by the environment process's preparation of that program, naming uv."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from side_envs import REPO_ROOT, side_env_python
+
+from hermes_nb.atropos.interpreter import env_python_environment
+from hermes_nb.errors import EnvironmentPythonError
+from hermes_nb.frameworks.verifiers import chat_program, interpreter, schema_child
+from hermes_nb.selection import schema_child as generic_schema_child
+from hermes_nb.selection.discovery import scan
+
+EXAMPLE = REPO_ROOT / "environments" / "addition_verifiers.py"
+# A PATH without uv on it (and without the side venv's bin).
+BARE_PATH = "/usr/bin:/bin"
+
+
+@pytest.fixture
+def python_without_uv(tmp_path: Path) -> Path:
+    """The verifiers side venv's packages under an interpreter with no uv beside it: a venv folder of its own (its
+    pyvenv.cfg, its lib linked to the side venv's), so the packages import but uv is not there."""
+    side = side_env_python("verifiers").parent.parent
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(side / "bin" / "python")
+    (tmp_path / "pyvenv.cfg").write_text((side / "pyvenv.cfg").read_text())
+    (tmp_path / "lib").symlink_to(side / "lib")
+    return tmp_path / "bin" / "python"
+
+
+def test_discovery_claims_the_taskset_subclass_for_verifiers() -> None:
+    environments, _ = scan([EXAMPLE.parent])
+    found = {info.name: info for info in environments}
+    info = found["addition_verifiers"]
+    assert (info.framework, info.class_name) == ("verifiers", "AdditionTaskset")
+    tools = found["calculator_verifiers"]
+    assert (tools.framework, tools.class_name) == ("verifiers", "CalculatorTaskset")
+
+
+def test_the_schema_child_shows_the_tasksets_fields_as_taskset_fields() -> None:
+    python = side_env_python("verifiers")
+    module = "hermes_nb.frameworks.verifiers.schema_child"
+    done = subprocess.run(
+        [str(python), "-m", module, str(EXAMPLE), "AdditionTaskset"], capture_output=True, text=True, timeout=120,
+        env=env_python_environment({"PATH": "/usr/bin:/bin"}), check=True,
+    )  # fmt: skip
+    [line] = [line for line in done.stdout.splitlines() if line.startswith(schema_child.MARKER)]
+    answer = json.loads(line[len(schema_child.MARKER) :])
+    assert answer["values"]["taskset.split"] == "train"
+    assert answer["json_schema"]["properties"]["taskset.split"]["enum"] == ["train", "held_out"]
+    assert "taskset.id" not in answer["values"] and answer["values"]["group_size"] == 16
+    assert schema_child.MARKER == generic_schema_child.MARKER
+
+
+def test_a_python_without_verifiers_is_refused_naming_it_and_the_install_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    python = str(Path(REPO_ROOT / ".venv" / "bin" / "python"))
+    monkeypatch.setenv(interpreter.VERIFIERS_PYTHON_VAR, python)
+    with pytest.raises(EnvironmentPythonError) as refused:
+        interpreter.verifiers_python(str(EXAMPLE))
+    message = str(refused.value)
+    assert python in message and "pip install verifiers==0.4.0" in message and "\n" not in message
+
+
+def test_a_verifiers_python_without_uv_is_refused_before_a_run_naming_uv(
+    python_without_uv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(interpreter.VERIFIERS_PYTHON_VAR, str(python_without_uv))
+    monkeypatch.setenv("PATH", BARE_PATH)
+    with pytest.raises(EnvironmentPythonError) as refused:
+        interpreter.verifiers_python(str(EXAMPLE))
+    message = str(refused.value)
+    assert "cannot import or find uv." in message and str(python_without_uv) in message and "\n" not in message
+
+
+def test_preparing_the_chat_program_without_uv_fails_at_once_naming_uv(python_without_uv: Path) -> None:
+    done = subprocess.run(
+        [str(python_without_uv), "-m", chat_program.__name__], capture_output=True, text=True, timeout=120,
+        env=env_python_environment({"PATH": BARE_PATH, "HOME": str(python_without_uv.parent.parent)}),
+    )  # fmt: skip
+    assert done.returncode != 0
+    [message] = done.stderr.strip().splitlines()
+    assert "no uv is beside" in message and "pip install uv" in message
+
+
+def test_an_unknown_tool_parser_is_refused_naming_the_field_and_the_parsers() -> None:
+    check = "from hermes_nb.frameworks.verifiers.episode_env import _check_tool_parser; _check_tool_parser('hermes')"
+    done = subprocess.run(
+        [str(side_env_python("verifiers")), "-c", check], capture_output=True, text=True, timeout=120,
+        env=env_python_environment({"PATH": BARE_PATH}),
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "env.tool_parser: 'hermes' is not a renderers tool parser; accepted: " in done.stderr
+    assert "qwen3" in done.stderr.splitlines()[-1]
