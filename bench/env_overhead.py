@@ -90,9 +90,15 @@ FRAMEWORKS = (
         side_env="openenv",
         python_var="HERMES_NB_OPENENV_PYTHON",
     ),
-    # A verifiers taskset of 2-digit addition, installed in the verifiers side environment; its settings (the
-    # longest completion, COMPLETION_TOKENS) go here once its adapter names them.
-    Framework("verifiers", "addition_verifiers", side_env="verifiers", python_var="HERMES_NB_VERIFIERS_PYTHON"),
+    # environments/addition_verifiers.py, a verifiers taskset of 2-digit addition, run in the verifiers side
+    # environment through its train client (one chat program per episode).
+    Framework(
+        "verifiers",
+        "addition_verifiers",
+        {"env.max_tokens": COMPLETION_TOKENS},
+        side_env="verifiers",
+        python_var="HERMES_NB_VERIFIERS_PYTHON",
+    ),
     # basic_arithmetic restricted to a + b with operands of one or two digits: the closest of reasoning-gym's
     # datasets to arithmetic's task (chain_sum mixes in subtraction). Its question is a sentence ("Calculate
     # 5 + 33."), scored by the dataset's own score_answer.
