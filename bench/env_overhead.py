@@ -181,9 +181,9 @@ def measure(framework: Framework, round_: int, first: int, last: int) -> Measure
     try:
         wait_for_step(start.run_id, first)
         processes = run_processes(run_dir)
-        before, started = cpu_seconds(processes), time.time()
+        before, started = cpu_seconds(processes, reaped_children=True), time.time()
         wait_for_step(start.run_id, last)
-        after, ended = cpu_seconds(processes), time.time()
+        after, ended = cpu_seconds(processes, reaped_children=True), time.time()
     finally:
         asyncio.run(rl_stop_training(start.run_id))
     groups = groups_between(run_dir / "env_metrics.jsonl", started, ended)

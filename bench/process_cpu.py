@@ -27,7 +27,9 @@ from run_processes import run_processes  # bench/, this script's folder
 POLL_S = 0.2
 
 
-def cpu_seconds(processes: dict[str, psutil.Process]) -> dict[str, float]:
+def cpu_seconds(processes: dict[str, psutil.Process], *, reaped_children: bool = False) -> dict[str, float]:
+    """CPU seconds of each process; with ``reaped_children``, also those of the children it has waited for (a
+    process started and ended between two looks, like verifiers' chat program per episode, is seen only there)."""
     seconds = {}
     for label, process in processes.items():
         try:
@@ -35,6 +37,8 @@ def cpu_seconds(processes: dict[str, psutil.Process]) -> dict[str, float]:
         except psutil.NoSuchProcess:
             continue
         seconds[label] = times.user + times.system
+        if reaped_children:
+            seconds[label] += times.children_user + times.children_system
     return seconds
 
 
