@@ -1,11 +1,10 @@
 """A warm kit: a detached process that becomes the supervisor of a kernel's next run, with that run's three
 processes already started and their imports done (``hermes_nb.system.warm_process``).
 
-    python -m hermes_nb.runs.warm_kit --detach FD READY_FD RUN_DIR LOG
+    python -m hermes_nb.runs.warm_kit --detach FD READY_FD LOG
 
-The kernel starts one when it starts a run (``runs.warm_start``). It waits, with nothing imported, until that run
-has trained its first step (``RUN_DIR``'s metrics) or has ended, so warming up never slows the start it follows;
-then it imports the supervisor and starts a warm API, trainer and environment process, writes a byte to
+The kernel makes one after each run it starts has trained its first step (``runs.warm_start``): it imports
+the supervisor and starts a warm API, trainer and environment process, writes a byte to
 ``READY_FD`` once all three have imported (the kernel's ``warm_start.wait_until_ready``), and blocks on ``FD``, the
 read end of a pipe the kernel holds. A line there is the hand-over (the next run's id, the kernel's environment and
 working directory at that moment): the kit becomes that run's supervisor (``runs.supervisor``) and its warm
@@ -34,10 +33,8 @@ KIT_MODULE = "hermes_nb.runs.warm_kit"
 # run it is more likely forgotten than about to be used.
 IDLE_TIMEOUT_S = 1800.0
 IDLE_TIMEOUT_VAR = "HERMES_NB_WARM_IDLE_S"
-# How often the run it follows is looked at before warming up: two stats a second.
-FOLLOW_POLL_S = 0.5
-# A run that never trains (a failed start, a long first step) does not keep the next one cold for longer.
-FOLLOW_TIMEOUT_S = 120.0
+# Imports take seconds; a warm process that has not said it is ready by then is left to start cold work anyway.
+IMPORT_TIMEOUT_S = 120.0
 # What the kit's log says once it is warm, with its pid and its warm processes' ("api 12, trainer 13, env 14").
 READY_LINE = "warm kit ready, pid"
 # The end of a hand-over message: the kernel writes one line.
@@ -95,19 +92,6 @@ def _readable(fd: int, seconds: float) -> bool:
     return bool(ready)
 
 
-def _follow(run_dir: Path, fd: int) -> None:
-    """Wait until ``run_dir``'s run trained a step, ended, or the kernel already hands over (or went away)."""
-    from hermes_nb.protocol.run_files import TRAINER_METRICS_FILE
-
-    deadline = time.monotonic() + FOLLOW_TIMEOUT_S
-    metrics = run_dir / TRAINER_METRICS_FILE
-    while time.monotonic() < deadline:
-        if metrics.is_file() and metrics.stat().st_size > 0:
-            return
-        if _readable(fd, FOLLOW_POLL_S):
-            return
-
-
 def _read_line(fd: int) -> bytes:
     data = b""
     while not data.endswith(b"\n") and len(data) < MAX_HAND_OVER_BYTES:
@@ -144,7 +128,7 @@ def _spawn_warm_processes(log_path: Path) -> tuple[dict[str, subprocess.Popen[by
 
 def _wait_imported(ready: list[int]) -> None:
     """Until every warm process has written its byte or ended (an end of file: it failed, its log says why)."""
-    deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+    deadline = time.monotonic() + IMPORT_TIMEOUT_S
     waiting = list(ready)
     while waiting and time.monotonic() < deadline:
         readable, _, _ = select.select(waiting, [], [], deadline - time.monotonic())
@@ -156,8 +140,7 @@ def _wait_imported(ready: list[int]) -> None:
         os.close(read_end)
 
 
-def serve(fd: int, ready_fd: int, run_dir: Path, log_path: Path) -> int:
-    _follow(run_dir, fd)
+def serve(fd: int, ready_fd: int, log_path: Path) -> int:
     from hermes_nb.runs import supervisor
     from hermes_nb.system.home import run_paths
     from hermes_nb.system.warm_process import release
@@ -184,11 +167,11 @@ def serve(fd: int, ready_fd: int, run_dir: Path, log_path: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 5 or argv[0] != "--detach":
-        print("usage: python -m hermes_nb.runs.warm_kit --detach FD READY_FD RUN_DIR LOG", file=sys.stderr)
+    if len(argv) != 4 or argv[0] != "--detach":
+        print("usage: python -m hermes_nb.runs.warm_kit --detach FD READY_FD LOG", file=sys.stderr)
         return 2
-    fd, ready_fd, run_dir, log_path = int(argv[1]), int(argv[2]), Path(argv[3]), Path(argv[4])
-    return processes.run_detached(lambda: serve(fd, ready_fd, run_dir, log_path))
+    fd, ready_fd, log_path = int(argv[1]), int(argv[2]), Path(argv[3])
+    return processes.run_detached(lambda: serve(fd, ready_fd, log_path))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """Warm starts: the kernel keeps one warm kit (``runs.warm_kit``) ready, and the next run it starts is handed to it.
 
-Every run a kernel (or script) starts leaves a kit behind it, which warms up once that run has trained its first
-step; the next ``rl_start_training`` hands its run to the kit instead of starting a supervisor and three cold
-interpreters. A kit is used only by what would have started the same processes cold: the same Python, the same
-installed code (``install_stamp``), the same environment variables and working directory as when it was made;
-anything else, or a kit that ended meanwhile, means a cold start (and a new kit). ``HERMES_NB_WARM_START=0``
-turns it off. A kit is gone when its kernel ends (the pipe it waits on closes) or after ``warm_kit.IDLE_TIMEOUT_S``.
+Every run a kernel (or script) starts leaves a kit behind it, made by a thread of the kernel once that run has
+trained its first step (nothing of it competes with that start); the next ``rl_start_training`` hands its run to
+the kit instead of starting a supervisor and three cold interpreters. A kit is used only by what would have started
+the same processes cold: the same Python, the same installed code (``install_stamp``), the same environment
+variables and working directory as when it was made; anything else, or a kit that ended meanwhile, means a cold
+start (and a new kit). ``HERMES_NB_WARM_START=0`` turns it off. A kit is gone when its kernel ends (the pipe it
+waits on closes) or after ``warm_kit.IDLE_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ import os
 import select
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from hermes_nb.protocol.run_files import RunPaths
+from hermes_nb.protocol.run_state import RunStateUnreadable, read_run_state
 from hermes_nb.runs.warm_kit import KIT_MODULE, HandOver
 from hermes_nb.system import home
 from hermes_nb.system.processes import spawn_group
@@ -34,6 +38,10 @@ WARM_START_VAR = "HERMES_NB_WARM_START"
 STAMPED_DISTRIBUTIONS = ("torch", "transformers", "pydantic", "fastapi", "uvicorn")
 # The intermediate process forks the kit and exits before importing anything heavy.
 KIT_DETACH_TIMEOUT_S = 30.0
+# How often the run a kit follows is looked at before the kit is made: two stats a second.
+FOLLOW_POLL_S = 0.5
+# A run that never trains (a failed start, a long first step) does not keep the next one cold for longer.
+FOLLOW_TIMEOUT_S = 120.0
 
 
 def enabled() -> bool:
@@ -85,13 +93,28 @@ class WarmKit:
                 os.close(fd)
 
 
+@dataclass
+class _Pending:
+    """The thread that makes the next kit once the run it follows has trained a step."""
+
+    thread: threading.Thread
+    cancelled: threading.Event
+
+
 _kit: WarmKit | None = None
+_pending: _Pending | None = None
+# The kit is made by a thread and taken by the caller's: one at a time.
+_lock = threading.Lock()
 
 
 def hand_over(paths: RunPaths) -> bool:
     """Give the run at ``paths`` to the kernel's warm kit; False where there is none that may serve it."""
-    global _kit
-    kit, _kit = _kit, None
+    global _kit, _pending
+    if _pending is not None:
+        _pending.cancelled.set()  # a kit not yet made would follow the run before: this one makes the next
+        _pending = None
+    with _lock:
+        kit, _kit = _kit, None
     if kit is None:
         return False
     key = KitKey.now()
@@ -109,19 +132,52 @@ def hand_over(paths: RunPaths) -> bool:
 
 
 def prepare_next(paths: RunPaths) -> None:
-    """Leave a kit ready for the kernel's next run, warming up once the run at ``paths`` has trained a step."""
-    global _kit
+    """Leave a kit ready for the kernel's next run: made by a thread of this process once the run at ``paths`` has
+    trained its first step (or ended), so that nothing of it competes with that run's start."""
+    global _pending
     if not enabled():
         return
-    if _kit is not None:
-        _kit.close()
-        _kit = None
+    discard()
+    cancelled = threading.Event()
+    thread = threading.Thread(
+        target=_make_kit_after_first_step, args=(paths, cancelled), name="hermes-nb warm kit", daemon=True
+    )
+    _pending = _Pending(thread=thread, cancelled=cancelled)
+    thread.start()
+
+
+def _first_step_or_end(paths: RunPaths, cancelled: threading.Event) -> bool:
+    """Wait until the run trained a step or ended (True), or the wait was cancelled or ran out (False)."""
+    deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if paths.metrics.is_file() and paths.metrics.stat().st_size > 0:
+            return True
+        try:
+            if read_run_state(paths.run_dir).is_terminal:
+                return True
+        except RunStateUnreadable:
+            pass  # being written, or damaged: its readers say so; the kit waits for the metrics
+        if cancelled.wait(FOLLOW_POLL_S):
+            return False
+    return False
+
+
+def _make_kit_after_first_step(paths: RunPaths, cancelled: threading.Event) -> None:
+    global _kit
+    if not _first_step_or_end(paths, cancelled):
+        return
+    with _lock:
+        if cancelled.is_set():
+            return
+        _kit = _spawn_kit()
+
+
+def _spawn_kit() -> WarmKit | None:
     key = KitKey.now()
     read_fd, write_fd = os.pipe()
     ready_read, ready_write = os.pipe()
     log_path = home.logs_dir() / "warm_kit.log"
-    argv = [sys.executable, "-m", KIT_MODULE, "--detach", str(read_fd), str(ready_write)]
-    argv += [str(paths.run_dir), str(log_path)]
+    argv = [sys.executable, "-m", KIT_MODULE, "--detach", str(read_fd), str(ready_write), str(log_path)]
     try:
         proc = spawn_group(argv, log_path, die_with_parent=False, pass_fds=(read_fd, ready_write))
     finally:
@@ -132,17 +188,23 @@ def prepare_next(paths: RunPaths) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         code = proc.wait()
+    kit = WarmKit(write_fd=write_fd, ready_fd=ready_read, key=key)
     if code != 0:
         # A kit only makes the next start faster: without one it starts cold. Its log says why.
         log.warning("no warm kit for the next run (exit %s; log: %s)", code, log_path)
-        WarmKit(write_fd=write_fd, ready_fd=ready_read, key=key).close()
-        return
-    _kit = WarmKit(write_fd=write_fd, ready_fd=ready_read, key=key)
+        kit.close()
+        return None
+    return kit
 
 
 def wait_until_ready(timeout: float) -> bool:
     """Whether the kernel's kit has its processes imported, waiting up to ``timeout`` seconds for it (a benchmark
     or a test that wants the next start warm; a user never needs to)."""
+    deadline = time.monotonic() + timeout
+    pending = _pending
+    if pending is not None:
+        pending.thread.join(timeout)
+    timeout = max(0.0, deadline - time.monotonic())
     kit = _kit
     if kit is None or kit.ready:
         return kit is not None
@@ -152,11 +214,15 @@ def wait_until_ready(timeout: float) -> bool:
 
 
 def discard() -> None:
-    """End the kernel's kit, if it has one (at exit; or to make the next run start cold)."""
-    global _kit
-    if _kit is not None:
-        _kit.close()
-        _kit = None
+    """End the kernel's kit, if it has one or is about to make one (at exit; or to make the next run start cold)."""
+    global _kit, _pending
+    if _pending is not None:
+        _pending.cancelled.set()
+        _pending = None
+    with _lock:
+        if _kit is not None:
+            _kit.close()
+            _kit = None
 
 
 atexit.register(discard)
