@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup warm-up side-envs main test lint typecheck unit e2e browser bench clean
+.PHONY: setup warm-up side-envs main test test-learning lint typecheck unit e2e browser bench clean
 
 setup: $(STAMP)
 
@@ -55,9 +55,13 @@ e2e: setup
 browser: setup
 	$(VENV)/bin/pytest -q tests/browser
 
-# --durations: the slowest tests printed after every full run, to keep the suite within its 30 minutes.
+# --durations: the slowest tests printed after every full run, to keep the suite within its 40 minutes.
 test: lint typecheck side-envs
 	$(VENV)/bin/pytest -q --durations=25
+
+# The learning measurements too long for the suite's budget (pyproject's `learning_long` marker).
+test-learning: setup side-envs
+	$(VENV)/bin/pytest -q -m learning_long
 
 # The bench extra adds what only benchmarks import (TRL for bench/vs_trl.py); installed once, like set-up.
 BENCH_STAMP := $(VENV)/.bench-stamp

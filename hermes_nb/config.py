@@ -97,7 +97,10 @@ class BaseEnvConfig(BaseModel):
         default=20,
         ge=1,
         le=1_000_000,
-        description="End the run when this many groups in a row fail (raise, malformed or timed out).",
+        description=(
+            "End the run when this many groups in a row fail (raise, malformed or timed out); an environment "
+            "whose server died ends it at once."
+        ),
     )
     include_messages: bool = Field(default=False, description="Send the chat messages with each scored group.")
     use_wandb: bool = Field(default=True, description="Log environment metrics to W&B (offline without a key).")

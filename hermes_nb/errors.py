@@ -13,6 +13,8 @@ Errors that belong to one part are defined beside it (a file name after the clas
         LockedFieldError
         UnknownFieldError
       DiskFullError (system/disk.py)
+      EnvironmentGone
+        ServerError (frameworks/openenv/server.py)
       EnvironmentLoadError
         EnvironmentPythonError
       EpisodeError (env/episodes.py)
@@ -27,10 +29,10 @@ Errors that belong to one part are defined beside it (a file name after the clas
       RequestRejected (trajectory_api/state.py)
       RewardError (frameworks/openenv/rewards.py)
       RunStateError
-      ServerError (frameworks/openenv/server.py)
       ServerStartError (inference/local.py)
       SessionError (frameworks/openenv/session.py)
         CapacityReached (frameworks/openenv/session.py)
+        ConnectionLost (frameworks/openenv/session.py)
       TinkerError
       TokenizerUnavailable (env/text_tokens.py)
       TrajectoryAPIError
@@ -58,6 +60,11 @@ class NoEnvironmentSelectedError(HermesNBError):
 
 class EnvironmentLoadError(HermesNBError):
     """The environment's code could not be imported or its config read (raised in a child process)."""
+
+
+class EnvironmentGone(HermesNBError):
+    """The environment can serve no further group (a server it needs has died): the runtime ends the run at once,
+    with this message, instead of counting groups that cannot succeed toward ``env.max_consecutive_failures``."""
 
 
 class EnvironmentPythonError(EnvironmentLoadError):

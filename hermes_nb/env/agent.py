@@ -39,7 +39,7 @@ from hermes_nb.env.scoring import with_episode_messages
 from hermes_nb.env.server_config import APIServerConfig
 from hermes_nb.env.splits import GeneratedItems
 from hermes_nb.env.types import QAItem
-from hermes_nb.errors import ConfigError
+from hermes_nb.errors import ConfigError, EnvironmentGone
 from hermes_nb.protocol.inference import MAX_NEW_TOKENS, ChatMessage, FunctionCall, ToolSpec
 from hermes_nb.protocol.metrics import (
     ENV_FAILED_EPISODES,
@@ -180,7 +180,8 @@ class AgentEnv(GeneratedItems, BaseEnv):
 
     def _finished(self, outcomes: list[Episode | Exception], item: QAItem) -> list[Episode]:
         """The episodes that finished, counted; failures counted and logged. Raises the first failure when
-        every episode failed: a group that never forms is the environment's fault, not a skip."""
+        every episode failed (a group that never forms is the environment's fault, not a skip), and an
+        ``EnvironmentGone`` whenever one came."""
         finished = [o for o in outcomes if isinstance(o, Episode)]
         errors = [o for o in outcomes if isinstance(o, Exception)]
         self.failed_episodes += len(errors)
@@ -189,6 +190,9 @@ class AgentEnv(GeneratedItems, BaseEnv):
         for error in errors:
             logger.warning("an episode failed and is left out of its group: %s: %s (item %r)",
                            type(error).__name__, error, item.prompt[:200], exc_info=error)  # fmt: skip
+        gone = [e for e in errors if isinstance(e, EnvironmentGone)]
+        if gone:
+            raise gone[0]  # no later group can form either: the runtime ends the run
         if errors and not finished:
             raise errors[0]
         return finished

@@ -32,6 +32,7 @@ from hermes_nb.env_runtime import faults
 from hermes_nb.env_runtime.process_command import ProcessSummary, process
 from hermes_nb.env_runtime.stats import GroupStats
 from hermes_nb.env_runtime.trajectory_link import TrajectoryAPIError, TrajectoryLink
+from hermes_nb.errors import EnvironmentGone
 from hermes_nb.metrics.logger import MetricsLogger, WandbRunSettings, resolve_wandb_mode
 from hermes_nb.protocol.metrics import ENV_QUEUE_SIZE, EVAL_SECONDS
 from hermes_nb.protocol.run_files import ENV_METRICS_FILE
@@ -436,7 +437,8 @@ class _Manager:
         return True
 
     def reap(self) -> ServeOutcome | None:
-        """Collect finished workers; a failed one is counted, logged with its item, and its group skipped."""
+        """Collect finished workers; a failed one is counted, logged with its item, and its group skipped. One that
+        failed with ``EnvironmentGone`` ends the run at once: no later group could succeed."""
         for task in [t for t in self.workers if t.done()]:
             item = self.workers.pop(task)
             if task.cancelled():
@@ -446,6 +448,8 @@ class _Manager:
                 self.consecutive_failures = 0
                 continue
             self.count_failure(exc, item)
+            if isinstance(exc, EnvironmentGone):
+                return self.outcome("failed", f"{type(self.env).__name__}: {exc}")
             if self.consecutive_failures >= self.config.max_consecutive_failures:
                 break
         return self.streak_failure()

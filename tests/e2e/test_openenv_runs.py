@@ -89,8 +89,9 @@ def test_a_fault_of_the_openenv_environment_ends_the_run_in_one_clear_message(
 ) -> None:
     monkeypatch.setenv("BROKEN_OPENENV_FAULT", fault)
     run(rl_select_environment("broken_openenv"))
-    # Every group fails alike here: three in a row end the run as twenty (the default) would, sooner.
-    run(rl_edit_config({**SHORT, "max_consecutive_failures": 3}))
+    # Every group fails alike here: three in a row end the run as twenty (the default) would, sooner. A dead
+    # server needs no streak: its run keeps the default and ends at its first failed group.
+    run(rl_edit_config(SHORT if fault == "die" else {**SHORT, "max_consecutive_failures": 3}))
 
     start = run(rl_start_training(total_steps=2))
     status = wait_for_status(start.run_id, lambda s: s.is_terminal, RUN_TIMEOUT_S)
@@ -98,3 +99,4 @@ def test_a_fault_of_the_openenv_environment_ends_the_run_in_one_clear_message(
     assert status.status == "failed"
     assert status.failed_process == "env"
     assert status.error is not None and expected in status.error
+    assert ("groups failed in a row" in status.error) == (fault != "die"), status.error

@@ -448,6 +448,9 @@ def test_resume_restores_the_adam_moments_on_the_server(
     assert resumed < 1e-3 * moved
 
 
+# Four to eight minutes, and one seed in two read no lift on 2026-12-02 (0.052 -> 0.036, 0.056 -> 0.061): run by
+# `make test-learning`, not in the default suite.
+@pytest.mark.learning_long
 @pytest.mark.timeout(START_TIMEOUT_S + ATTEMPTS * LEARNING_TIMEOUT + 60)
 @SDK_IN_PROCESS
 def test_held_out_answer_probability_rises_on_arithmetic_within_a_short_run(on_tinker: SkyrlServer) -> None:

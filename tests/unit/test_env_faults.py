@@ -141,6 +141,17 @@ def test_a_streak_of_faults_fails_the_run_naming_the_environments_error(
     assert total(tmp_path, keys.ENV_GROUPS_FAILED) >= 3  # the fault rows reach env_metrics.jsonl
 
 
+def test_an_environment_that_is_gone_fails_the_run_at_its_first_fault_not_after_a_streak(
+    tmp_path: Path, servers: tuple[str, str]
+) -> None:
+    config = fault_config(tmp_path, servers, "gone", fault_every=2, max_consecutive_failures=20)
+    outcome = asyncio.run(serve_and_train(config, steps=0))
+
+    assert outcome.status == "failed" and outcome.exit_code == 1
+    assert outcome.error == "FaultEnv: the server this environment needs died at item 2"
+    assert total(tmp_path, keys.ENV_GROUPS_FAILED) == 1
+
+
 def test_timeouts_count_towards_the_streak(tmp_path: Path, servers: tuple[str, str]) -> None:
     config = fault_config(tmp_path, servers, "hang", fault_every=1, worker_timeout=0.2, max_consecutive_failures=2)
     outcome = asyncio.run(serve_and_train(config, steps=0))

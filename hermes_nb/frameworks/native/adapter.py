@@ -11,7 +11,6 @@ import sys
 from typing import ClassVar
 
 from hermes_nb.config import DEFAULT_FRAMEWORK
-from hermes_nb.env.base import RUNTIME_MODULE
 from hermes_nb.frameworks.contract import (
     ChildCommand,
     FrameworkAdapter,
@@ -33,16 +32,10 @@ class NativeFramework(FrameworkAdapter):
         ref = request.config.environment
         assert ref is not None  # the launcher refuses to start without one
         spec = f"{ref.file}:{ref.class_name}"
-        argv = [sys.executable, "-m", RUNTIME_MODULE, "serve", spec, "--config", str(request.paths.config)]
-        return ChildCommand(argv=argv, environment=dict(request.base_environment))
+        return ChildCommand(argv=request.runtime_argv(sys.executable, spec), environment=dict(request.base_environment))
 
     def model_test(self, request: ModelTestRequest) -> ChildCommand:
         ref = request.config.environment
         assert ref is not None  # rl_test_inference refuses to start without one
         spec = f"{ref.file}:{ref.class_name}"
-        argv = [request.python, "-m", RUNTIME_MODULE, "process", spec, "--num-groups", str(request.num_groups)]
-        argv += ["--output", str(request.output), "--inference-url", request.model_url]
-        argv += ["--config", str(request.config_path)]
-        if request.model_name:
-            argv += ["--model-name", request.model_name]  # for its log: the gateway decides what the endpoint is sent
-        return ChildCommand(argv=argv, environment=dict(request.base_environment))
+        return ChildCommand(argv=request.runtime_argv(spec), environment=dict(request.base_environment))

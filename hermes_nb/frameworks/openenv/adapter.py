@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import ClassVar
 
 from hermes_nb.atropos.interpreter import env_python_environment
-from hermes_nb.env.base import RUNTIME_MODULE
 from hermes_nb.frameworks.contract import ChildCommand, FrameworkAdapter, ModelTestRequest, Recognition, ServeRequest
 from hermes_nb.frameworks.openenv import handoff, interpreter
 
@@ -51,17 +50,13 @@ class OpenEnvFramework(FrameworkAdapter):
         ref = request.config.environment
         assert ref is not None  # the launcher refuses to start without one
         python = interpreter.openenv_python(ref.file)
-        argv = [python, "-m", RUNTIME_MODULE, "serve", EPISODE_ENV_SPEC, "--config", str(request.paths.config)]
+        argv = request.runtime_argv(python, EPISODE_ENV_SPEC)
         log = request.paths.run_dir / f"{SERVER_LOG_PROCESS}.log"
         return ChildCommand(argv=argv, environment=self._environment(request.base_environment, ref.file, log))
 
     def model_test(self, request: ModelTestRequest) -> ChildCommand:
         ref = request.config.environment
         assert ref is not None  # rl_test_inference refuses to start without one
-        argv = [request.python, "-m", RUNTIME_MODULE, "process", EPISODE_ENV_SPEC]
-        argv += ["--num-groups", str(request.num_groups), "--output", str(request.output)]
-        argv += ["--inference-url", request.model_url, "--config", str(request.config_path)]
-        if request.model_name:
-            argv += ["--model-name", request.model_name]
+        argv = request.runtime_argv(EPISODE_ENV_SPEC)
         log = Path(f"{request.stem}.{SERVER_LOG_PROCESS}.log")
         return ChildCommand(argv=argv, environment=self._environment(request.base_environment, ref.file, log))

@@ -30,8 +30,8 @@ from hermes_nb.env.types import QAItem
 from hermes_nb.errors import ConfigError
 from hermes_nb.frameworks.openenv.handoff import FILE_VAR, LOG_VAR
 from hermes_nb.frameworks.openenv.rewards import episode_score
-from hermes_nb.frameworks.openenv.server import ServerProcess, start_server
-from hermes_nb.frameworks.openenv.session import CapacityReached, OpenEnvSession, SessionError, StepResult
+from hermes_nb.frameworks.openenv.server import ServerError, ServerProcess, start_server
+from hermes_nb.frameworks.openenv.session import CapacityReached, ConnectionLost, OpenEnvSession, StepResult
 from hermes_nb.frameworks.openenv.settings import OpenEnvSettings
 from hermes_nb.frameworks.openenv.slots import SessionSlots
 from hermes_nb.protocol.inference import ChatMessage, FunctionCall, ToolSpec
@@ -115,7 +115,7 @@ class OpenEnvAgentEnv(AgentEnv):
         results = await asyncio.gather(
             *(self.play_episode(item, temperature) for _ in episodes), return_exceptions=True
         )
-        return self._outcomes(results)
+        return await self._outcomes(results)
 
     async def _play_group(self, size: int, item: QAItem, temperature: float) -> list[Episode | Exception]:
         """``size`` sessions reset with the group's seed; members with the same first observation (a deterministic
@@ -147,13 +147,13 @@ class OpenEnvAgentEnv(AgentEnv):
                 if isinstance(result, BaseException):
                     await session.close()
         failed = [r for r in (*opened, *firsts) if isinstance(r, BaseException)]
-        return self._outcomes([*played, *failed])
+        return await self._outcomes([*played, *failed])
 
-    def _outcomes(self, results: list[Any]) -> list[Episode | Exception]:
+    async def _outcomes(self, results: list[Any]) -> list[Episode | Exception]:
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, Exception):
                 raise result  # cancelled: the group's worker is being stopped
-        return [self._with_server_state(r) if isinstance(r, Exception) else r for r in results]
+        return [await self._with_server_state(r) if isinstance(r, Exception) else r for r in results]
 
     def new_episode(self, item: QAItem) -> Episode:
         return self._episode([])
@@ -224,12 +224,14 @@ class OpenEnvAgentEnv(AgentEnv):
     def observation_message(self, result: StepResult) -> ChatMessage:
         return ChatMessage(role="user", content=observation_text(result.observation, self.config.observation_field))
 
-    def _with_server_state(self, error: Exception) -> Exception:
-        """A session error says so when the cause is the server's death (its log's tail)."""
-        if isinstance(error, SessionError) and self.server_process is not None:
+    async def _with_server_state(self, error: Exception) -> Exception:
+        """A lost connection becomes the ``ServerError`` of the server's death (its log's tail), which ends the run
+        at once, when the run's own server has exited. A server at ``server_url`` may come back: its errors count
+        toward ``env.max_consecutive_failures`` like any."""
+        if isinstance(error, ConnectionLost) and self.server_process is not None:
             try:
-                self.server_process.check_alive()
-            except Exception as died:
+                await self.server_process.check_alive_after()
+            except ServerError as died:
                 return died
         return error
 

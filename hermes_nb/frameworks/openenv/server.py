@@ -2,7 +2,9 @@
 
 ``start_server(file, log)`` starts ``app_main`` on a free port, waits until ``/health`` answers and returns the
 running server; a server that exits or never answers is one ``ServerError`` naming the file, the cause and the
-log file with its last lines. ``ServerProcess.check_alive`` says the same for a server that died later.
+log file with its last lines. ``ServerProcess.check_alive`` says the same for a server that died later
+(``check_alive_after``: once it has had a moment to exit, for a session whose connection was just lost). A
+``ServerError`` is an ``EnvironmentGone``: the run ends at once.
 """
 
 from __future__ import annotations
@@ -17,16 +19,18 @@ from pathlib import Path
 
 import httpx
 
-from hermes_nb.errors import HermesNBError
+from hermes_nb.errors import EnvironmentGone
 
 APP_MODULE = "hermes_nb.frameworks.openenv.app_main"
 # openenv's import pulls gradio (~6 s on a quiet two-core machine); a loaded one takes several times that.
 READY_TIMEOUT_S = 120.0
 LOG_TAIL_LINES = 15
+# How long a server whose connection was lost may take to be reported exited before it is taken for alive.
+EXIT_GRACE_S = 2.0
 
 
-class ServerError(HermesNBError):
-    """The OpenEnv server could not start, or it died."""
+class ServerError(EnvironmentGone):
+    """The OpenEnv server could not start, or it died: no episode can be played, so the run ends at once."""
 
 
 def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -52,6 +56,14 @@ class ServerProcess:
                 f"the OpenEnv server of {self.file} exited (code {code}); its log {self.log} ends:\n"
                 + log_tail(self.log)
             )
+
+    async def check_alive_after(self, grace_s: float = EXIT_GRACE_S) -> None:
+        """``check_alive`` once the server has had ``grace_s`` to exit: a server that dies closes its sockets a
+        moment before the OS reports its exit."""
+        deadline = time.monotonic() + grace_s
+        while self.process.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self.check_alive()
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -36,6 +36,11 @@ class SessionError(HermesNBError):
     """The OpenEnv server answered an error, or the session broke (the server closed it or died)."""
 
 
+class ConnectionLost(SessionError):
+    """The session's connection is gone: the server could not be reached, or it closed the session (it may have
+    died)."""
+
+
 class CapacityReached(SessionError):
     """The server holds ``max_sessions`` sessions already (its ``max_concurrent_envs``) and refused one more."""
 
@@ -93,7 +98,7 @@ class OpenEnvSession:
         try:
             self._connection = await connect(ws_url(self.base_url), max_size=MAX_MESSAGE_BYTES, open_timeout=30)
         except OSError as exc:
-            raise SessionError(f"the OpenEnv server at {self.base_url} cannot be reached: {exc}") from None
+            raise ConnectionLost(f"the OpenEnv server at {self.base_url} cannot be reached: {exc}") from None
         return self
 
     @property
@@ -170,7 +175,7 @@ class OpenEnvSession:
         try:
             raw = await asyncio.wait_for(self._connection.recv(), self.timeout_s)
         except ConnectionClosed as exc:
-            raise SessionError(
+            raise ConnectionLost(
                 f"the OpenEnv server at {self.base_url} closed the session during {kind}: {exc}"
             ) from None
         except TimeoutError:

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from hermes_nb.atropos.interpreter import env_python_environment
-from hermes_nb.env.base import RUNTIME_MODULE
 from hermes_nb.frameworks.contract import ChildCommand, FrameworkAdapter, ModelTestRequest, Recognition, ServeRequest
 from hermes_nb.frameworks.verifiers import handoff, interpreter
 
@@ -53,18 +52,14 @@ class VerifiersFramework(FrameworkAdapter):
         ref = request.config.environment
         assert ref is not None  # the launcher refuses to start without one
         python = interpreter.verifiers_python(ref.file)
-        argv = [python, "-m", RUNTIME_MODULE, "serve", EPISODE_ENV_SPEC, "--config", str(request.paths.config)]
+        argv = request.runtime_argv(python, EPISODE_ENV_SPEC)
         environment = self._environment(request.base_environment, python, ref.file, "train")
         return ChildCommand(argv=argv, environment=environment)
 
     def model_test(self, request: ModelTestRequest) -> ChildCommand:
         ref = request.config.environment
         assert ref is not None  # rl_test_inference refuses to start without one
-        argv = [request.python, "-m", RUNTIME_MODULE, "process", EPISODE_ENV_SPEC]
-        argv += ["--num-groups", str(request.num_groups), "--output", str(request.output)]
-        argv += ["--inference-url", request.model_url, "--config", str(request.config_path)]
-        if request.model_name:
-            argv += ["--model-name", request.model_name]
+        argv = request.runtime_argv(EPISODE_ENV_SPEC)
         client: handoff.ClientKind = "train" if request.local else "eval"
         environment = self._environment(request.base_environment, request.python, ref.file, client)
         return ChildCommand(argv=argv, environment=environment)
