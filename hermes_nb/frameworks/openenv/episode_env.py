@@ -153,7 +153,8 @@ class OpenEnvAgentEnv(AgentEnv):
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, Exception):
                 raise result  # cancelled: the group's worker is being stopped
-        return [await self._with_server_state(r) if isinstance(r, Exception) else r for r in results]
+        died = await self._server_death(results)
+        return [died if died is not None and isinstance(r, ConnectionLost) else r for r in results]
 
     def new_episode(self, item: QAItem) -> Episode:
         return self._episode([])
@@ -224,16 +225,17 @@ class OpenEnvAgentEnv(AgentEnv):
     def observation_message(self, result: StepResult) -> ChatMessage:
         return ChatMessage(role="user", content=observation_text(result.observation, self.config.observation_field))
 
-    async def _with_server_state(self, error: Exception) -> Exception:
-        """A lost connection becomes the ``ServerError`` of the server's death (its log's tail), which ends the run
-        at once, when the run's own server has exited. A server at ``server_url`` may come back: its errors count
-        toward ``env.max_consecutive_failures`` like any."""
-        if isinstance(error, ConnectionLost) and self.server_process is not None:
-            try:
-                await self.server_process.check_alive_after()
-            except ServerError as died:
-                return died
-        return error
+    async def _server_death(self, results: list[Any]) -> ServerError | None:
+        """The ``ServerError`` of the run's own server's death (its log's tail), which ends the run at once, when a
+        connection among ``results`` was lost and the server has exited; asked once for all of them. A server at
+        ``server_url`` may come back: its errors count toward ``env.max_consecutive_failures`` like any."""
+        if self.server_process is None or not any(isinstance(r, ConnectionLost) for r in results):
+            return None
+        try:
+            await self.server_process.check_alive_after()
+        except ServerError as died:
+            return died
+        return None
 
 
 def observation_text(observation: dict[str, Any], field: str | None) -> str:
