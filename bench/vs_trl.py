@@ -21,7 +21,13 @@ step whose weights the evaluation measured (``metrics.jsonl``), so nothing is su
 cost (they share the CPU with training) is charged to hermes-nb. Several seeds; the verdict is on the median
 ratio.
 
-    .venv/bin/python bench/vs_trl.py [--seeds 0 1 2] [--lift 15] [--eval-every 10] [--max-seconds 240] [--write]
+``--from-call`` also starts both clocks when the user asks for a run, start-up included: TRL's at building the
+``GRPOTrainer`` (its config and dataset included) in a process that has the model and tokenizer loaded already,
+as a notebook user has them; hermes-nb's at ``rl_start_training``, once cold (the warm kit ended first) and once
+warm (the kit the previous start left, ready), two runs per seed. The after-start-up ratio is then the cold run's.
+
+    .venv/bin/python bench/vs_trl.py [--seeds 0 1 2] [--lift 15] [--eval-every 10] [--max-seconds 240]
+                                     [--from-call] [--write]
 """
 
 from __future__ import annotations
@@ -73,9 +79,15 @@ class Curve:
     points: list[tuple[int, float, float]] = field(default_factory=list)  # step, seconds, accuracy
     seconds_per_step: float = 0.0
     load: float = 0.0
+    # Seconds from the user's call (building the trainer, rl_start_training) to the end of the first step.
+    startup: float = 0.0
 
     def reach(self, target: float) -> tuple[int, float] | None:
         return next(((step, s) for step, s, acc in self.points if acc >= target - 1e-9), None)
+
+    def reach_from_call(self, target: float) -> float | None:
+        hit = self.reach(target)
+        return None if hit is None else self.startup + hit[1]
 
 
 # ---- the shared learning rate -------------------------------------------------------------------------------
@@ -117,12 +129,13 @@ def run_hermes(seed: int, lr: float, eval_every: int, target: float, max_seconds
         "trainer.max_grad_norm": 1.0,
         "trainer.save_checkpoint_interval": 0,
     }
+    called = time.time()  # metrics.jsonl's clock
     started = asyncio.run(rl_start_training(**overrides))
     paths = run_paths(started.run_id)
     try:
         while True:
             time.sleep(0.5)
-            curve = hermes_curve(paths)
+            curve = hermes_curve(paths, called)
             if curve is not None and (curve.reach(target) or _last_seconds(curve) > max_seconds):
                 return curve
             status = asyncio.run(rl_check_status(started.run_id))
@@ -136,8 +149,9 @@ def _last_seconds(curve: Curve) -> float:
     return curve.points[-1][1] if curve.points else 0.0
 
 
-def hermes_curve(paths: Any) -> Curve | None:
-    """Each evaluation at the time the trainer finished the step it measured (``eval/policy_step``)."""
+def hermes_curve(paths: Any, called: float) -> Curve | None:
+    """Each evaluation at the time the trainer finished the step it measured (``eval/policy_step``); ``called``:
+    when ``rl_start_training`` was called (``time.time()``)."""
     from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, EVAL_POLICY_STEP
 
     steps = read_rows(paths.metrics)
@@ -145,7 +159,7 @@ def hermes_curve(paths: Any) -> Curve | None:
         return None
     finished = {row["step"]: row["time"] for row in steps}
     t0 = steps[0]["time"]
-    curve = Curve("hermes-nb", load=os.getloadavg()[0])
+    curve = Curve("hermes-nb", load=os.getloadavg()[0], startup=t0 - called)
     for row in read_rows(paths.env_metrics):
         values = row["values"]
         policy_step = int(values.get(EVAL_POLICY_STEP, -1))
@@ -222,6 +236,7 @@ def run_trl(seed: int, lr: float, eval_every: int, target: float, max_seconds: f
     class Clock(TrainerCallback):
         def __init__(self) -> None:
             self.t0: float | None = None
+            self.first_step_end: float | None = None
             self.eval_spent = 0.0
             self.step_ends: list[float] = []
 
@@ -229,6 +244,7 @@ def run_trl(seed: int, lr: float, eval_every: int, target: float, max_seconds: f
             now = time.perf_counter()
             self.step_ends.append(now)
             self.t0 = self.t0 if self.t0 is not None else now
+            self.first_step_end = self.t0
             if state.global_step % eval_every:
                 return
             began = time.perf_counter()
@@ -241,6 +257,7 @@ def run_trl(seed: int, lr: float, eval_every: int, target: float, max_seconds: f
 
     clock = Clock()
     with tempfile.TemporaryDirectory() as out:
+        called = time.perf_counter()  # what the user's cell does from here on is TRL's start-up
         config = GRPOConfig(
             output_dir=out,
             per_device_train_batch_size=BATCH_SIZE,
@@ -279,6 +296,7 @@ def run_trl(seed: int, lr: float, eval_every: int, target: float, max_seconds: f
     steps = [g for i, g in enumerate(gaps, start=2) if (i - 1) % eval_every]
     curve.seconds_per_step = statistics.median(steps) if steps else 0.0
     curve.load = os.getloadavg()[0]
+    curve.startup = (clock.first_step_end or called) - called
     return curve
 
 
@@ -291,7 +309,7 @@ def describe(curve: Curve, target: float) -> list[str]:
     reached = f"step {hit[0]}, {hit[1]:.1f} s" if hit else "not reached"
     return [
         f"  {curve.name}: median {curve.seconds_per_step:.3f} s/step, load avg {curve.load:.1f}; "
-        f"target {target * 100:.1f}%: {reached}",
+        f"start-up {curve.startup:.1f} s; target {target * 100:.1f}%: {reached}",
         f"    evals: {points}",
     ]
 
@@ -301,23 +319,63 @@ def ratio(ours: Curve, trl: Curve, target: float) -> float | None:
     return a[1] / b[1] if a is not None and b is not None else None
 
 
-def one_seed(seed: int, lr: float, args: argparse.Namespace) -> tuple[list[str], float | None, float]:
+def ratio_from_call(ours: Curve, trl: Curve, target: float) -> float | None:
+    a, b = ours.reach_from_call(target), trl.reach_from_call(target)
+    return a / b if a is not None and b is not None else None
+
+
+def shown(value: float | None) -> str:
+    return "n/a (a side did not reach the target)" if value is None else f"{value:.2f}"
+
+
+@dataclass
+class SeedResult:
+    lines: list[str]
+    after_startup: float | None
+    cold: float | None = None  # from the call; with --from-call only
+    warm: float | None = None
+
+
+def one_seed(seed: int, lr: float, args: argparse.Namespace) -> SeedResult:
+    from hermes_nb.runs import warm_start
+
     start = base_accuracy(seed)
     target = start + args.lift / 100
     with tempfile.TemporaryDirectory() as home:
         os.environ["HERMES_NB_HOME"] = home
+        warm_start.discard()  # the first start of a fresh home is cold: no kit of an earlier home serves it
         ours = run_hermes(seed, lr, args.eval_every, target, args.max_seconds)
+        warm = None
+        if args.from_call:
+            if not warm_start.wait_until_ready(120.0):
+                raise RuntimeError("the warm kit the cold run left was not ready within 120 s (logs/warm_kit.log)")
+            warm = run_hermes(seed, lr, args.eval_every, target, args.max_seconds)
+            warm.name = "hermes-nb (warm start)"
+        warm_start.discard()  # TRL runs on a quiet machine, as hermes-nb did
     trl = run_trl(seed, lr, args.eval_every, target, args.max_seconds, max_steps=2000)
-    result = ratio(ours, trl, target)
+    result = SeedResult([], ratio(ours, trl, target))
     speed = trl.seconds_per_step / ours.seconds_per_step if ours.seconds_per_step else float("nan")
-    lines = [
+    result.lines = [
         f"seed {seed}: base model {start * 100:.1f}%, target {target * 100:.1f}%",
         *describe(ours, target),
+        *(describe(warm, target) if warm is not None else []),
         *describe(trl, target),
-        f"  time ratio hermes-nb/TRL: {'n/a (a side did not reach the target)' if result is None else f'{result:.2f}'}"
-        f"; per step hermes-nb is {speed:.2f}x TRL's speed",
+        f"  time ratio hermes-nb/TRL: {shown(result.after_startup)}; per step hermes-nb is {speed:.2f}x TRL's speed",
     ]
-    return lines, result, speed
+    if warm is not None:
+        result.cold, result.warm = ratio_from_call(ours, trl, target), ratio_from_call(warm, trl, target)
+        result.lines.append(f"  from the call: cold {shown(result.cold)}, warm {shown(result.warm)}")
+    return result
+
+
+def summary(name: str, ratios: list[float | None]) -> str:
+    reached = [r for r in ratios if r is not None]
+    if not reached:
+        return f"{name}: none reached"
+    spread = f"{min(reached):.2f}-{max(reached):.2f}"
+    listed = ", ".join(f"{r:.2f}" for r in reached)
+    middle = statistics.median(reached)
+    return f"{name} over {len(reached)} of {len(ratios)} seeds: {listed}; median {middle:.2f} ({spread})"
 
 
 def main() -> None:
@@ -327,6 +385,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--max-seconds", type=float, default=240.0, help="give up on a side after this long")
     parser.add_argument("--learning-rate", type=float, default=None, help="default: the quickstart config's")
+    parser.add_argument("--from-call", action="store_true", help="also time from the user's call, cold and warm")
     parser.add_argument("--write", action="store_true", help="append the numbers to docs/benchmarks.md")
     args = parser.parse_args()
     lr = args.learning_rate or quickstart_learning_rate()
@@ -336,19 +395,17 @@ def main() -> None:
         f"eval every {args.eval_every} steps, target +{args.lift:g} points"
     ]
     print(lines[0], flush=True)
-    ratios: list[float] = []
+    results: list[SeedResult] = []
     for seed in args.seeds:
-        seed_lines, result, _ = one_seed(seed, lr, args)
-        print("\n".join(seed_lines), flush=True)
-        lines += seed_lines
-        ratios += [result] if result is not None else []
-    summary = f"time ratio hermes-nb/TRL over {len(ratios)} of {len(args.seeds)} seeds: " + (
-        f"{', '.join(f'{r:.2f}' for r in ratios)}; median {statistics.median(ratios):.2f} (target <= 0.5)"
-        if ratios
-        else "none reached"
-    )
-    print(summary)
-    lines.append(summary)
+        results.append(one_seed(seed, lr, args))
+        print("\n".join(results[-1].lines), flush=True)
+        lines += results[-1].lines
+    totals = [summary("time ratio hermes-nb/TRL (target <= 0.5)", [r.after_startup for r in results])]
+    if args.from_call:
+        totals.append(summary("from the call, cold start", [r.cold for r in results]))
+        totals.append(summary("from the call, warm start", [r.warm for r in results]))
+    print("\n".join(totals))
+    lines += totals
     if args.write:
         write_docs(lines, ".venv/bin/python bench/vs_trl.py " + " ".join(sys.argv[1:]))
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from hermes_nb.inference.engine import InferenceEngine, Policy
@@ -59,6 +59,12 @@ from hermes_nb.protocol.tool_calls import parse_tool_calls, template_message
 from hermes_nb.system.net import SERVER_KEEP_ALIVE_S
 
 _Body = TypeVar("_Body", bound=BaseModel)
+
+
+def _json(answer: BaseModel) -> Response:
+    """``answer`` serialised by pydantic itself: FastAPI's ``jsonable_encoder`` walks every token of a batch in
+    Python, while holding the GIL the trainer's step needs (this server runs in the trainer process)."""
+    return Response(answer.model_dump_json(), media_type="application/json")
 
 
 def _policy(engine: InferenceEngine) -> Policy:
@@ -295,22 +301,22 @@ def create_app(engine: InferenceEngine) -> FastAPI:
         return ModelList(data=[ModelCard(id=policy.name, max_model_len=context)])
 
     @app.post("/generate", response_model=None)
-    async def generate(request: Request) -> GenerateResponse | VLLMGenerateResponse:
+    async def generate(request: Request) -> Response:
         # Two shapes share vLLM's path: hermes-nb's (prompts as ``prompt_token_ids``) and vLLM's own (one
         # ``prompt: {prompt_token_ids}``), which atroposlib's VLLMServer sends. The body says which it is.
         body = await _json_body(request)
         if isinstance(body, dict) and isinstance(body.get("prompt"), dict):
-            return await _vllm_generate(engine, _validated(VLLMGenerateRequest, body))
-        return await _generate(engine, _validated(GenerateRequest, body))
+            return _json(await _vllm_generate(engine, _validated(VLLMGenerateRequest, body)))
+        return _json(await _generate(engine, _validated(GenerateRequest, body)))
 
-    @app.post("/inference/v1/generate")
-    async def token_generate(request: TokenGenerateRequest) -> TokenGenerateResponse:
+    @app.post("/inference/v1/generate", response_model=None)
+    async def token_generate(request: TokenGenerateRequest) -> Response:
         # vLLM's token-in endpoint, mounted at the root as vLLM mounts it: verifiers' train client renders the
         # conversation itself and samples here, so its trace holds exactly these tokens and logprobs.
-        return await _token_generate(engine, request)
+        return _json(await _token_generate(engine, request))
 
     @app.post("/v1/completions", response_model=None)
-    async def completions(request: CompletionRequest) -> CompletionResponse | StreamingResponse:
+    async def completions(request: CompletionRequest) -> Response:
         policy = _policy(engine)
         prompts = _encode_prompts(policy, request.prompt)
         for i, prompt in enumerate(prompts):
@@ -342,12 +348,12 @@ def create_app(engine: InferenceEngine) -> FastAPI:
             policy_version=version,
         )
         if not request.stream:
-            return answer
+            return _json(answer)
         events = server_sent_events(completion_chunks(answer, request.include_usage))
         return StreamingResponse(events, media_type=SSE_MEDIA_TYPE)
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat(request: ChatCompletionRequest) -> ChatCompletionResponse | StreamingResponse:
+    async def chat(request: ChatCompletionRequest) -> Response:
         policy = _policy(engine)
         prompt = _chat_prompt(policy, request)
         _check_prompt(policy, prompt, request.max_tokens, "messages")
@@ -363,7 +369,7 @@ def create_app(engine: InferenceEngine) -> FastAPI:
             prompt_token_ids=prompt,
         )
         if not request.stream:
-            return answer
+            return _json(answer)
         return StreamingResponse(
             server_sent_events(chat_chunks(answer, request.include_usage)), media_type=SSE_MEDIA_TYPE
         )

@@ -30,8 +30,10 @@ _RECORD_START = b'{"step": '
 
 def encode_batch(step: int, batch: list[ScoredDataGroup]) -> bytes:
     """The gzip member that records ``batch`` as the batch of ``step``."""
-    line = json.dumps({"step": step, "groups": [g.model_dump(mode="json", exclude_none=True) for g in batch]})
-    return gzip.compress(line.encode("utf-8") + b"\n")
+    # Serialised by pydantic (every token of a step, on the trainer's critical path); the same JSON as
+    # json.dumps of the dumped groups, without its spaces inside them.
+    groups = b",".join(g.model_dump_json(exclude_none=True).encode("utf-8") for g in batch)
+    return gzip.compress(_RECORD_START + str(int(step)).encode("ascii") + b', "groups": [' + groups + b"]}\n")
 
 
 def read_trajectories(path: Path) -> Iterator[tuple[int, list[ScoredDataGroup]]]:

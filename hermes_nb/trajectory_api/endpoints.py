@@ -148,7 +148,7 @@ def batch() -> Call[list[ScoredDataGroup] | None]:
 
 
 def _read_batch(response: httpx.Response) -> list[ScoredDataGroup] | None:
-    answer = BatchResponse.model_validate(response.json())
+    answer = BatchResponse.model_validate_json(response.content)  # parsed by pydantic: a batch is every token
     if answer.status == "error":
         raise TrajectoryAPIError(f"/batch: {answer.message or 'the API refused to form a batch'}")
     return answer.batch
