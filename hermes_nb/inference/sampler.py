@@ -5,6 +5,12 @@ cache is extended one token per step, each row has its own temperature, top-p, t
 conditions, and rows that finish leave the batch (the cache is sliced) so the tail of a batch costs only what
 is still running.
 
+The model runs once per distinct prefix, not once per row: a group's rows share their prompt, and a policy that
+has learned anything samples the same first tokens on many of them. Rows with the same prompt and the same
+tokens so far have the same next-token logits, so each step computes the logits of every distinct prefix once
+(its cache row gathered from its parent's) and every row draws its own token from its prefix's logits, with its
+own settings and noise: the same distribution as one forward row per sample, at a fraction of the arithmetic.
+
 Device and dtype are the model's own: the batch's tensors and the noise are made on the device its parameters
 are on, and logits are upcast to float32 before the (log-)softmax, so a bfloat16 model samples from, and reports,
 float32 probabilities of its logits.
@@ -214,6 +220,11 @@ def stepper_for(model: Any) -> _TransformersStepper | _FastStepper:
     return _FastStepper(model) if fast_forward_supports(model) else _TransformersStepper(model)
 
 
+def _keeps_every_row(index: torch.Tensor, size: int) -> bool:
+    """Whether gathering ``index`` from ``size`` rows gives the same rows back, so the cache need not be copied."""
+    return len(index) == size and torch.equal(index, torch.arange(size, device=index.device))
+
+
 @torch.no_grad()
 def generate(
     model: Any,
@@ -223,24 +234,22 @@ def generate(
     decode: Callable[[list[int]], str],
     generator: torch.Generator,
 ) -> list[RowResult]:
-    """Generate every row in one batch with a KV cache. ``model`` is a Hugging Face causal LM (eval mode);
-    ``generator`` is on its device (``device_generator``)."""
+    """Generate every row in one batch with a KV cache, one forward row per distinct prefix (the module doc).
+    ``model`` is a Hugging Face causal LM (eval mode); ``generator`` is on its device (``device_generator``)."""
     if not rows:
         return []
     device = model_device(model)
     batch = _Batch(rows, device)
-    # A group request repeats one prompt n times: run the prompt once, then copy its cache to each row.
+    # The first prefixes are the distinct prompts: a group request repeats one prompt n times.
     unique: dict[tuple[int, ...], int] = {}
     prompt_index = [unique.setdefault(tuple(r.prompt), len(unique)) for r in rows]
-    row_prompt = torch.tensor(prompt_index, dtype=torch.long, device=device)
-    ids_PL, mask_PL, positions_PL = (t.to(device) for t in left_pad(list(unique), pad_id))
+    row_prefix_B = torch.tensor(prompt_index, dtype=torch.long, device=device)
+    ids_NL, mask_NL, positions_NL = (t.to(device) for t in left_pad(list(unique), pad_id))
     stepper = stepper_for(model)
-    logits_BV = stepper.prefill(ids_PL, mask_PL, positions_PL)[row_prompt]
-    stepper.select(row_prompt)  # [P, ...] -> [B, ...]
-    mask_BL = mask_PL[row_prompt]
-    next_position_B = positions_PL[row_prompt, -1] + 1
+    logits_NV = stepper.prefill(ids_NL, mask_NL, positions_NL)
+    next_position_N = positions_NL[:, -1] + 1
     while True:
-        logp_BV = sampling_logprobs(logits_BV, batch.temperature_B, batch.top_p_B)
+        logp_BV = sampling_logprobs(logits_NV[row_prefix_B], batch.temperature_B, batch.top_p_B)
         tokens_B, chosen_B = draw(
             logp_BV,
             [rows[i] for i in batch.active],
@@ -258,11 +267,17 @@ def generate(
         if not running:
             return batch.results
         if len(running) < len(batch.active):
-            # Finished rows leave the batch: slice the cache, the mask and the per-row settings to the others.
+            # Finished rows leave the batch, with their per-row settings.
             index = torch.tensor(running, dtype=torch.long, device=device)
-            stepper.select(index)
-            mask_BL, tokens_B, next_position_B = mask_BL[index], tokens_B[index], next_position_B[index]
+            row_prefix_B, tokens_B = row_prefix_B[index], tokens_B[index]
             batch.keep(running)
-        mask_BL = torch.cat([mask_BL, torch.ones((len(running), 1), dtype=torch.long, device=device)], dim=1)
-        logits_BV = stepper.extend(tokens_B[:, None], mask_BL, next_position_B[:, None])[:, -1, :]
-        next_position_B = next_position_B + 1
+        # The new prefixes: each distinct (prefix, token) of the rows still running, its cache row its parent's.
+        vocab = logits_NV.shape[-1]
+        prefixes, row_prefix_B = torch.unique(row_prefix_B * vocab + tokens_B, return_inverse=True)
+        parent_N, token_N = prefixes // vocab, prefixes % vocab
+        if not _keeps_every_row(parent_N, len(next_position_N)):
+            stepper.select(parent_N)
+            mask_NL, next_position_N = mask_NL[parent_N], next_position_N[parent_N]
+        mask_NL = torch.cat([mask_NL, torch.ones((len(parent_N), 1), dtype=torch.long, device=device)], dim=1)
+        logits_NV = stepper.extend(token_N[:, None], mask_NL, next_position_N[:, None])[:, -1, :]
+        next_position_N = next_position_N + 1
