@@ -235,8 +235,7 @@ def run_trl(seed: int, lr: float, eval_every: int, target: float, max_seconds: f
 
     class Clock(TrainerCallback):
         def __init__(self) -> None:
-            self.t0: float | None = None
-            self.first_step_end: float | None = None
+            self.t0: float | None = None  # the end of the first step
             self.eval_spent = 0.0
             self.step_ends: list[float] = []
 
@@ -244,7 +243,6 @@ def run_trl(seed: int, lr: float, eval_every: int, target: float, max_seconds: f
             now = time.perf_counter()
             self.step_ends.append(now)
             self.t0 = self.t0 if self.t0 is not None else now
-            self.first_step_end = self.t0
             if state.global_step % eval_every:
                 return
             began = time.perf_counter()
@@ -296,7 +294,7 @@ def run_trl(seed: int, lr: float, eval_every: int, target: float, max_seconds: f
     steps = [g for i, g in enumerate(gaps, start=2) if (i - 1) % eval_every]
     curve.seconds_per_step = statistics.median(steps) if steps else 0.0
     curve.load = os.getloadavg()[0]
-    curve.startup = (clock.first_step_end or called) - called
+    curve.startup = (clock.t0 or called) - called
     return curve
 
 
