@@ -102,6 +102,25 @@ def quickstart_learning_rate() -> float:
 # ---- hermes-nb ----------------------------------------------------------------------------------------------
 
 
+def race_overrides(seed: int, lr: float, eval_every: int) -> dict[str, Any]:
+    """hermes-nb's side of the race: the quickstart config (selected and loaded first) with these fields set."""
+    return {
+        "group_size": GROUP_SIZE,
+        "batch_size": BATCH_SIZE,
+        "temperature": TEMPERATURE,
+        "operation": "add",
+        "digits": 2,
+        "eval_items": EVAL_ITEMS,
+        "steps_per_eval": eval_every,
+        "total_steps": 2000,  # stopped by the bench at the target or the time limit
+        "env.seed": seed,
+        "trainer.seed": seed,
+        "trainer.learning_rate": lr,
+        "trainer.max_grad_norm": 1.0,
+        "trainer.save_checkpoint_interval": 0,
+    }
+
+
 def run_hermes(seed: int, lr: float, eval_every: int, target: float, max_seconds: float) -> Curve:
     from hermes_nb.api import (
         rl_check_status,
@@ -114,23 +133,8 @@ def run_hermes(seed: int, lr: float, eval_every: int, target: float, max_seconds
 
     asyncio.run(rl_select_environment("arithmetic"))
     asyncio.run(rl_load_config(QUICKSTART_BENCH.config))
-    overrides: dict[str, Any] = {
-        "group_size": GROUP_SIZE,
-        "batch_size": BATCH_SIZE,
-        "temperature": TEMPERATURE,
-        "operation": "add",
-        "digits": 2,
-        "eval_items": EVAL_ITEMS,
-        "steps_per_eval": eval_every,
-        "total_steps": 2000,  # stopped by this bench at the target or the time limit
-        "env.seed": seed,
-        "trainer.seed": seed,
-        "trainer.learning_rate": lr,
-        "trainer.max_grad_norm": 1.0,
-        "trainer.save_checkpoint_interval": 0,
-    }
     called = time.time()  # metrics.jsonl's clock
-    started = asyncio.run(rl_start_training(**overrides))
+    started = asyncio.run(rl_start_training(**race_overrides(seed, lr, eval_every)))
     paths = run_paths(started.run_id)
     try:
         while True:
