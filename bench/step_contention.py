@@ -2,7 +2,7 @@
 
 The trainer process trains on its main thread while its sampler thread and its inference server's thread answer
 the environment, all under one GIL, on cores the environment and the API share. This bench runs the race's
-config (``vs_trl.race_overrides``, through the public API) to step ``--steps``, stops it, then replays the batches
+config (``vs_trl.race_to_step``, through the public API) to step ``--steps``, stops it, then replays the batches
 the run trained on (``trajectories.jsonl.gz``) through ``train_step`` on a fresh ``LocalBackend`` of the same model,
 in this process, with one torch thread like the run's trainer and nothing else running. Per range of steps it
 prints the median of the run's ``train/compute_seconds`` (train step, recording the batch, publishing the
@@ -15,7 +15,6 @@ it does the same arithmetic on the same batch shapes, not the same numbers.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import sys
@@ -26,34 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from learning import QUICKSTART_BENCH, read_rows  # noqa: E402
-from vs_trl import quickstart_learning_rate, race_overrides  # noqa: E402
+from learning import read_rows  # noqa: E402
+from vs_trl import race_to_step  # noqa: E402
 
-POLL_S = 0.2
 RANGES = ((2, 20), (20, 50), (50, 100), (100, 10**9))
-
-
-def run_race(seed: int, steps: int) -> str:
-    """The run's id once it has passed ``steps`` (it is stopped then)."""
-    from hermes_nb.api import (
-        rl_check_status,
-        rl_load_config,
-        rl_select_environment,
-        rl_start_training,
-        rl_stop_training,
-    )
-
-    asyncio.run(rl_select_environment("arithmetic"))
-    asyncio.run(rl_load_config(QUICKSTART_BENCH.config))
-    started = asyncio.run(rl_start_training(**race_overrides(seed, quickstart_learning_rate(), 10)))
-    try:
-        while (status := asyncio.run(rl_check_status(started.run_id))).step < steps:
-            if status.is_terminal:
-                raise SystemExit(f"the run ended at step {status.step}: {status.status} {status.error}")
-            time.sleep(POLL_S)
-    finally:
-        asyncio.run(rl_stop_training(started.run_id))
-    return started.run_id
 
 
 def replay_seconds(run_id: str) -> dict[int, float]:
@@ -92,7 +67,7 @@ def main() -> None:
     os.environ.setdefault("WANDB_MODE", "offline")
     from hermes_nb.system.home import run_paths
 
-    run_id = run_race(args.seed, args.steps)
+    run_id = race_to_step(args.seed, args.steps)
     load = os.getloadavg()[0]
     in_run = {row["step"]: row["values"]["train/compute_seconds"] for row in read_rows(run_paths(run_id).metrics)}
     alone = replay_seconds(run_id)

@@ -121,20 +121,37 @@ def race_overrides(seed: int, lr: float, eval_every: int) -> dict[str, Any]:
     }
 
 
-def run_hermes(seed: int, lr: float, eval_every: int, target: float, max_seconds: float) -> Curve:
-    from hermes_nb.api import (
-        rl_check_status,
-        rl_load_config,
-        rl_select_environment,
-        rl_start_training,
-        rl_stop_training,
-    )
-    from hermes_nb.system.home import run_paths
+def start_race(seed: int, lr: float, eval_every: int, **fields: Any) -> tuple[Any, float]:
+    """Start hermes-nb's side of the race (``fields`` set on top of it) through the public API: the start's
+    result, and when ``rl_start_training`` was called (``time.time()``, the clock of ``metrics.jsonl``)."""
+    from hermes_nb.api import rl_load_config, rl_select_environment, rl_start_training
 
     asyncio.run(rl_select_environment("arithmetic"))
     asyncio.run(rl_load_config(QUICKSTART_BENCH.config))
-    called = time.time()  # metrics.jsonl's clock
-    started = asyncio.run(rl_start_training(**race_overrides(seed, lr, eval_every)))
+    called = time.time()
+    return asyncio.run(rl_start_training(**race_overrides(seed, lr, eval_every), **fields)), called
+
+
+def race_to_step(seed: int, steps: int, eval_every: int = 10, **fields: Any) -> str:
+    """Run the race's config (the quickstart's learning rate) until trainer step ``steps``, then stop it; its id."""
+    from hermes_nb.api import rl_check_status, rl_stop_training
+
+    started, _ = start_race(seed, quickstart_learning_rate(), eval_every, **fields)
+    try:
+        while (status := asyncio.run(rl_check_status(started.run_id))).step < steps:
+            if status.is_terminal:
+                raise SystemExit(f"the run ended at step {status.step}: {status.status} {status.error}")
+            time.sleep(0.2)
+    finally:
+        asyncio.run(rl_stop_training(started.run_id))
+    return str(started.run_id)
+
+
+def run_hermes(seed: int, lr: float, eval_every: int, target: float, max_seconds: float) -> Curve:
+    from hermes_nb.api import rl_check_status, rl_stop_training
+    from hermes_nb.system.home import run_paths
+
+    started, called = start_race(seed, lr, eval_every)
     paths = run_paths(started.run_id)
     try:
         while True:
