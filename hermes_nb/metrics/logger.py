@@ -121,20 +121,31 @@ class _WandbSink:
         self._broken = False
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=MAX_QUEUED_ROWS)
         self._queue.put_nowait(settings.model_dump_json() + "\n")
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", wandb_mirror.__name__],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,  # stderr stays the parent's: the mirror's one warning lands in its log
-            text=True,
-            encoding="utf-8",
-        )
-        self._thread = threading.Thread(target=self._feed, name=f"wandb-{settings.role}", daemon=True)
+        self._process: subprocess.Popen[str] | None = None
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", wandb_mirror.__name__],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,  # stderr stays the parent's: the mirror's one warning lands in its log
+                text=True,
+                encoding="utf-8",
+            )
+        except OSError as exc:  # no process to spare (EAGAIN, ENOMEM): W&B is off, the JSONL and training are not
+            logger.warning(
+                "W&B (%s) could not start its mirror: %s; metrics continue in the JSONL file", settings.role, exc
+            )
+            self._broken = True
+            return
+        self._thread = threading.Thread(target=self._feed, args=(self._process,), name=f"wandb-{settings.role}")
+        self._thread.daemon = True
         self._thread.start()
 
     @property
     def failed(self) -> bool:
+        if self._broken or self._process is None:
+            return True
         code = self._process.poll()
-        return self._broken or (code is not None and code != 0)
+        return code is not None and code != 0
 
     def submit(self, row: MetricsRow) -> None:
         if self._broken:
@@ -144,6 +155,8 @@ class _WandbSink:
             self._queue.put_nowait(row.to_json_line())
 
     def close(self, timeout: float) -> None:
+        if self._process is None:
+            return
         with contextlib.suppress(queue.Full):
             self._queue.put(_STOP, timeout=timeout)
         deadline = time.monotonic() + timeout
@@ -155,8 +168,8 @@ class _WandbSink:
             self._process.kill()
             self._process.wait()
 
-    def _feed(self) -> None:
-        pipe = self._process.stdin
+    def _feed(self, process: subprocess.Popen[str]) -> None:
+        pipe = process.stdin
         assert pipe is not None
         try:
             while (item := self._queue.get()) is not _STOP:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -125,6 +127,22 @@ def test_wandb_log_failure_is_reported_once_and_jsonl_continues(
     assert record.read_text().split() == ["init", "log", "finish"]
     warnings = _warnings(capfd.readouterr().err)
     assert len(warnings) == 1 and "network down" in warnings[0]
+
+
+def test_a_mirror_that_cannot_be_started_leaves_training_and_the_jsonl_going(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python-here"))
+    with caplog.at_level(logging.WARNING, logger="hermes_nb.metrics.logger"):
+        metrics = MetricsLogger(tmp_path / "m.jsonl", wandb=WandbRunSettings(dir=tmp_path, mode="offline"))
+        for step in range(3):
+            metrics.log(step, {"x": float(step)})
+        metrics.close(timeout=5)
+
+    assert metrics.wandb_failed
+    assert [r.step for r in read_metrics(tmp_path / "m.jsonl")[0]] == [0, 1, 2]
+    warnings = [r.getMessage() for r in caplog.records if "W&B" in r.getMessage()]
+    assert len(warnings) == 1 and "could not start its mirror" in warnings[0]
 
 
 def test_the_wandb_mirror_runs_below_the_training_processes_priority(tmp_path: Path) -> None:
