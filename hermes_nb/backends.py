@@ -63,7 +63,8 @@ def make_engine(config: RunConfig) -> Any:
         )
     from hermes_nb.inference.engine import InferenceEngine
 
-    return InferenceEngine(seed=trainer.seed)
+    # Sampling in a forked child keeps it off the training thread's GIL (CPU models; elsewhere the engine's thread).
+    return InferenceEngine(seed=trainer.seed, sampler_process=True)
 
 
 PARTS = BackendParts(make_backend=make_backend, make_engine=make_engine)

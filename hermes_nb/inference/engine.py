@@ -13,13 +13,20 @@ only new weights for it (a state dict the publisher no longer touches), which th
 its model *between* batches. Only that thread ever runs or changes the model, so a generation never sees a
 half-applied update, and every response reports the ``policy_version`` that produced it. A trainer publishing
 after every step thus pays a tensor copy, not a deep copy of the module.
+
+``sampler_process=True`` (the trainer's engine) runs each batch in a forked child instead of on the sampler
+thread itself (``hermes_nb.inference.sampler_process``: CPU models only), so that sampling and the training
+thread beside it do not take turns on this process's GIL; the sampler thread then only loads weights and waits.
+A child that dies is one warning, and sampling goes on in the thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +34,9 @@ from typing import Any
 import torch
 
 from hermes_nb.inference.sampler import RowResult, SampleRow, device_generator, generate, model_device
+from hermes_nb.inference.sampler_process import SamplerProcess, SamplerProcessExited, can_fork
+
+logger = logging.getLogger(__name__)
 
 # Requests arriving this close together share a batch. A group request costs ~100 ms on CPU, so waiting
 # a few ms to merge the other workers' requests costs little and multiplies throughput.
@@ -67,7 +77,11 @@ class _Pending:
 class InferenceEngine:
     """Holds the live policy; ``await engine.sample(rows)`` from the server's event loop."""
 
-    def __init__(self, *, window_s: float = DEFAULT_BATCH_WINDOW_S, seed: int = 0) -> None:
+    def __init__(
+        self, *, window_s: float = DEFAULT_BATCH_WINDOW_S, seed: int = 0, sampler_process: bool = False
+    ) -> None:
+        self._sampler_process_wanted = sampler_process
+        self._sampler_process: SamplerProcess | None = None
         self._policy: Policy | None = None
         self._pending_weights: tuple[dict[str, torch.Tensor], int] | None = None
         self._weights_lock = threading.Lock()
@@ -174,9 +188,37 @@ class InferenceEngine:
     def _generate(self, rows: list[SampleRow]) -> tuple[list[RowResult], int]:
         with self._generator_lock:
             policy = self._current_policy()
+            child = self._child_for(policy)
+            if child is not None:
+                try:
+                    return child.generate(rows), policy.version
+                except SamplerProcessExited as exc:
+                    logger.warning("%s; sampling goes on in the trainer process", exc)
+                    self._sampler_process_wanted = False
+                    self._close_child()
             generator = self._generator_for(policy.model)
             results = generate(policy.model, rows, pad_id=policy.pad_id, decode=policy.decode, generator=generator)
             return results, policy.version
 
+    def _child_for(self, policy: Policy) -> SamplerProcess | None:
+        """The forked sampler of ``policy``'s model, started on first use (sampler thread only); None: sample here."""
+        if not self._sampler_process_wanted or not can_fork(policy.model):
+            return None
+        if self._sampler_process is not None and self._sampler_process.model is not policy.model:
+            self._close_child()  # a new model was published: the old child samples a model nobody serves
+        if self._sampler_process is None:
+            self._sampler_process = SamplerProcess(
+                policy.model, pad_id=policy.pad_id, decode=policy.decode, seed=self._seed
+            )
+        return self._sampler_process
+
+    def _close_child(self) -> None:
+        child, self._sampler_process = self._sampler_process, None
+        if child is not None:
+            child.close()
+
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        # The child is closed on the sampler thread, after any batch still running there: that thread owns the pipe.
+        with contextlib.suppress(RuntimeError):  # closed before
+            self._executor.submit(self._close_child)
+        self._executor.shutdown(wait=False)

@@ -10,7 +10,8 @@ read end of a pipe the kernel holds. A line there is the hand-over (the next run
 working directory at that moment): the kit becomes that run's supervisor (``runs.supervisor``) and its warm
 processes become the run's, each told its command line (until then their output, and the kit's, goes to ``LOG``).
 The end of the pipe (the kernel ended or closed it) or ``IDLE_TIMEOUT_S`` without a hand-over ends the kit and its
-warm processes. While it waits it uses no CPU.
+warm processes. While it waits it uses no CPU. Its processes import at the lowest priority, beside the run that
+is training; a hand-over that comes before one of them has imported starts that process cold instead.
 """
 
 from __future__ import annotations
@@ -33,9 +34,8 @@ KIT_MODULE = "hermes_nb.runs.warm_kit"
 # run it is more likely forgotten than about to be used.
 IDLE_TIMEOUT_S = 1800.0
 IDLE_TIMEOUT_VAR = "HERMES_NB_WARM_IDLE_S"
-# Imports take seconds; a warm process that has not said it is ready by then is left to start cold work anyway.
-IMPORT_TIMEOUT_S = 120.0
-# What the kit's log says once it is warm, with its pid and its warm processes' ("api 12, trainer 13, env 14").
+# What the kit's log says once every warm process has imported, with its pid and its warm processes'
+# ("api 12, trainer 13, env 14").
 READY_LINE = "warm kit ready, pid"
 # The end of a hand-over message: the kernel writes one line.
 MAX_HAND_OVER_BYTES = 4 * 1024 * 1024
@@ -87,11 +87,6 @@ def _idle_timeout() -> float:
     return float(os.environ.get(IDLE_TIMEOUT_VAR, IDLE_TIMEOUT_S))
 
 
-def _readable(fd: int, seconds: float) -> bool:
-    ready, _, _ = select.select([fd], [], [], seconds)
-    return bool(ready)
-
-
 def _read_line(fd: int) -> bytes:
     data = b""
     while not data.endswith(b"\n") and len(data) < MAX_HAND_OVER_BYTES:
@@ -112,53 +107,71 @@ def _log_to(log_path: Path) -> None:
     os.close(log)
 
 
-def _spawn_warm_processes(log_path: Path) -> tuple[dict[str, subprocess.Popen[bytes]], list[int]]:
-    """One warm process per role, and the read ends of the pipes each says it has imported on."""
+def _spawn_warm_processes(log_path: Path) -> tuple[dict[str, subprocess.Popen[bytes]], dict[str, int]]:
+    """One warm process per role, and by role the read end of the pipe each says it has imported on."""
     from hermes_nb.system.warm_process import spawn_warm
 
     environment = processes.child_environment()
-    warm, ready = {}, []
+    warm, ready = {}, {}
     for role, imports in ROLE_IMPORTS.items():
         read_end, write_end = os.pipe()
         warm[role] = spawn_warm(imports, log_path, environment, write_end)
         os.close(write_end)
-        ready.append(read_end)
+        ready[role] = read_end
     return warm, ready
 
 
-def _wait_imported(ready: list[int]) -> None:
-    """Until every warm process has written its byte or ended (an end of file: it failed, its log says why)."""
-    deadline = time.monotonic() + IMPORT_TIMEOUT_S
-    waiting = list(ready)
-    while waiting and time.monotonic() < deadline:
-        readable, _, _ = select.select(waiting, [], [], deadline - time.monotonic())
-        for read_end in readable:
-            os.read(read_end, 1)
-            os.close(read_end)
-            waiting.remove(read_end)
-    for read_end in waiting:
-        os.close(read_end)
+def _wait_for_kernel(fd: int, ready_fd: int, imports: dict[str, int], ready_line: str) -> tuple[set[str], bool]:
+    """Wait for the kernel's hand-over while the warm processes import (their pipes in ``imports``, by role).
+    Once every one has imported or ended, the kernel is told and the log reads ``ready_line``. The wait ends when
+    ``fd`` has something (a hand-over, or its end), or ``IDLE_TIMEOUT_S`` after the kernel was told. Returns the
+    roles imported, and whether the kernel spoke."""
+    pending = dict(imports)
+    imported: set[str] = set()
+    idle_until: float | None = None
+    while True:
+        if not pending and idle_until is None:
+            print(ready_line, file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError):  # the kernel may have stopped listening: it is only told
+                os.write(ready_fd, b"1")
+            idle_until = time.monotonic() + _idle_timeout()
+        timeout = None if idle_until is None else max(0.0, idle_until - time.monotonic())
+        readable, _, _ = select.select([fd, *pending.values()], [], [], timeout)
+        if fd in readable:
+            return imported, True
+        if not readable:
+            return imported, False
+        for role, read_end in list(pending.items()):
+            if read_end in readable:
+                if os.read(read_end, 1) == b"1":  # an end of file instead: it failed, its log says why
+                    imported.add(role)
+                os.close(read_end)
+                del pending[role]
 
 
 def serve(fd: int, ready_fd: int, log_path: Path) -> int:
     from hermes_nb.runs import supervisor
     from hermes_nb.system.home import run_paths
-    from hermes_nb.system.warm_process import release
+    from hermes_nb.system.warm_process import end_now, lower_session_priority, release
 
-    warm, imported = _spawn_warm_processes(log_path)
-    _wait_imported(imported)
+    lower_session_priority()  # until the hand-over: this process, and the warm processes it starts
+    warm, imports = _spawn_warm_processes(log_path)
     pids = ", ".join(f"{role} {process.pid}" for role, process in warm.items())
-    print(f"{READY_LINE} {os.getpid()}: {pids}", file=sys.stderr, flush=True)
-    with contextlib.suppress(OSError):  # the kernel may have stopped listening: it is only told
-        os.write(ready_fd, b"1")
+    imported, spoke = _wait_for_kernel(fd, ready_fd, imports, f"{READY_LINE} {os.getpid()}: {pids}")
     os.close(ready_fd)
-    line = _read_line(fd) if _readable(fd, _idle_timeout()) else b""
+    line = _read_line(fd) if spoke else b""
     os.close(fd)
     if not line.strip():
         for process in warm.values():
             release(process)
         return 0
+    # A process still importing (at the lowest priority, while another run takes the cores) could start this run
+    # later than a cold one: it is ended, and the supervisor starts that process cold.
+    for role in set(warm) - imported:
+        print(f"warm kit: the {role} process had not imported yet; it starts cold", file=sys.stderr, flush=True)
+        end_now(warm.pop(role))
     hand_over = HandOver.model_validate_json(line)
+    os.setsid()  # a session of its own, out of the low-priority one, as a cold supervisor's
     os.environ.clear()
     os.environ.update(hand_over.environment)
     os.chdir(hand_over.cwd)

@@ -38,11 +38,12 @@ KILLED_GONE_SECONDS = 10.0
 FAILURE_TAIL_LINES = 8
 
 
-def _die_with_parent() -> None:
+def set_parent_death_signal(signum: int = signal.SIGTERM) -> None:
+    """Ask the kernel for ``signum`` when the thread that started this process dies (Linux; elsewhere nothing)."""
     if not sys.platform.startswith("linux"):
         return
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    libc.prctl(_PR_SET_PDEATHSIG, signum)
 
 
 def child_environment(threads: int | None = None) -> dict[str, str]:
@@ -68,11 +69,14 @@ def spawn_group(
     die_with_parent: bool = True,
     stdin: int = subprocess.DEVNULL,
     pass_fds: Sequence[int] = (),
+    own_session: bool = True,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session (its own process group) with stdout and stderr appended to ``log_path``.
 
     Secrets reach the child through ``env`` only; ``argv`` never carries one. ``stdin`` is closed unless the child
     is to be told something (``subprocess.PIPE``: a warm process's assignment); ``pass_fds`` stay open in it.
+    ``own_session=False`` leaves it in the caller's session and group: a warm process, which starts its own session
+    when it is assigned (``hermes_nb.system.warm_process``).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # 0600: a log may show what a run trains on and where it listens; other local users have no business there.
@@ -84,8 +88,8 @@ def spawn_group(
             stderr=subprocess.STDOUT,
             env=dict(env) if env is not None else None,
             cwd=str(cwd) if cwd else None,
-            start_new_session=True,
-            preexec_fn=_die_with_parent if die_with_parent else None,
+            start_new_session=own_session,
+            preexec_fn=set_parent_death_signal if die_with_parent else None,
             pass_fds=tuple(pass_fds),
         )
 

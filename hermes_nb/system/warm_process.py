@@ -5,10 +5,22 @@ processes when it is handed the command line the supervisor would have started (
 
 It imports the named modules, writes a byte to ``READY_FD`` (its starter's pipe) and closes it, then blocks on one
 JSON line on its stdin (no CPU while it waits): the module to run, its arguments, its whole environment and its
-log. It then is that process exactly as a cold start would be: its own session and process group (from its spawn),
+log. It then is that process exactly as a cold start would be: its own session and process group (started then),
 the run's environment (secrets included) in place of the one it started with, stdout and stderr appended to the
 run's log, and the module run as ``__main__``. An end of file instead (its starter went away, or did not need it)
 ends it. One assignment per process: it never serves twice.
+
+Until it is assigned it runs at the lowest priority: a kit is made while the run before it trains, and its
+seconds of imports would otherwise be taken from that run's steps. Lowering a priority is allowed to anyone, but
+raising it again needs privileges, so what is lowered is what the run's process leaves behind:
+
+- Its session's scheduling group. Where the kernel groups processes by session (``sched_autogroup``), each session
+  gets an equal share of the cores whatever its processes' nice values, so a warm process in a session of its own
+  would take as much as the run's trainer. Warm processes start in their kit's session instead, whose group the kit
+  gives the lowest weight (``lower_session_priority``); an assigned process starts a session of its own, whose new
+  group has the default weight, before it runs anything.
+- Its importing thread's nice value (``IMPORT_NICE``), for kernels without session groups: on Linux a nice value
+  belongs to one thread, and the main thread, which becomes the run's process, keeps the one it started with.
 """
 
 from __future__ import annotations
@@ -20,6 +32,8 @@ import os
 import runpy
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -28,6 +42,11 @@ from pydantic import BaseModel, ValidationError
 from hermes_nb.system.processes import LOG_FILE_MODE, spawn_group
 
 WARM_MODULE = "hermes_nb.system.warm_process"
+# The importing thread's nice value, and the weight of the kit's session: they run on what the cores have to spare.
+IMPORT_NICE = 19
+AUTOGROUP_FILE = "/proc/self/autogroup"
+# An assigned process starts its own session first thing; the bound is for a machine stalled by load.
+SESSION_WAIT_S = 30.0
 
 
 class Assignment(BaseModel):
@@ -46,7 +65,14 @@ def spawn_warm(
     """A warm process importing ``imports``, in a session of its own, its output in ``log_path`` until assigned;
     it writes to ``ready_fd`` once imported, and dies with the thread that starts it (the supervisor-to-be)."""
     argv = [sys.executable, "-m", WARM_MODULE, str(ready_fd), *imports]
-    return spawn_group(argv, log_path, env, stdin=subprocess.PIPE, pass_fds=(ready_fd,))
+    return spawn_group(argv, log_path, env, stdin=subprocess.PIPE, pass_fds=(ready_fd,), own_session=False)
+
+
+def lower_session_priority() -> None:
+    """Give this process's session scheduling group the lowest weight (Linux with ``sched_autogroup``; elsewhere
+    nothing): its warm processes then take only what the cores have to spare."""
+    with contextlib.suppress(OSError):
+        Path(AUTOGROUP_FILE).write_text(str(IMPORT_NICE), encoding="ascii")
 
 
 def assignment_for(argv: Sequence[str], environment: Mapping[str, str], log_path: Path) -> Assignment | None:
@@ -58,14 +84,21 @@ def assignment_for(argv: Sequence[str], environment: Mapping[str, str], log_path
 
 
 def assign(process: subprocess.Popen[bytes], assignment: Assignment) -> bool:
-    """Hand ``assignment`` over; False when the process is gone (it can then not be the run's)."""
+    """Hand ``assignment`` over; False when the process is gone (it can then not be the run's). Returns once it
+    leads its own process group, so that signals to the run's groups reach it as they reach a cold process."""
     assert process.stdin is not None  # spawn_warm opens it
     try:
         process.stdin.write(assignment.model_dump_json().encode() + b"\n")
         process.stdin.close()
     except (BrokenPipeError, ValueError):
         return False
-    return process.poll() is None
+    deadline = time.monotonic() + SESSION_WAIT_S
+    while process.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError):
+            if os.getpgid(process.pid) == process.pid:
+                return True
+        time.sleep(0.002)
+    return False
 
 
 def release(process: subprocess.Popen[bytes]) -> None:
@@ -80,7 +113,16 @@ def release(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
+def end_now(process: subprocess.Popen[bytes]) -> None:
+    """End a warm process that may still be importing (it reads its stdin only after): killed and reaped."""
+    process.kill()
+    process.wait()
+    if process.stdin is not None:
+        process.stdin.close()
+
+
 def _become(assignment: Assignment) -> None:
+    os.setsid()  # its own session and group, as a cold process has, and a scheduling group of default weight
     os.environ.clear()
     os.environ.update(assignment.environment)
     log = os.open(assignment.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_FILE_MODE)
@@ -96,9 +138,30 @@ def _become(assignment: Assignment) -> None:
     runpy.run_module(assignment.module, run_name="__main__", alter_sys=True)
 
 
+def import_at_low_priority(imports: Sequence[str]) -> None:
+    """Import ``imports`` in a thread at ``IMPORT_NICE``; returns when done, raising what an import raised.
+    Threads that a module starts as it is imported inherit that nice value: torch's start one that only idles
+    afterwards, and its compute threads are started later by the thread that first computes."""
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        with contextlib.suppress(OSError):  # a system that refuses: the imports just compete as before
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), IMPORT_NICE)
+        try:
+            for name in imports:
+                importlib.import_module(name)
+        except BaseException as exc:  # raised again in the main thread, which exits on it
+            failure.append(exc)
+
+    thread = threading.Thread(target=work, name="warm imports")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+
+
 def main(ready_fd: int, imports: Sequence[str]) -> int:
-    for name in imports:
-        importlib.import_module(name)
+    import_at_low_priority(imports)
     os.write(ready_fd, b"1")
     os.close(ready_fd)
     line = sys.stdin.buffer.readline()

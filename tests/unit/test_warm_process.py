@@ -45,7 +45,9 @@ def test_a_warm_process_becomes_the_command_it_is_handed_with_its_environment_lo
     run_log = tmp_path / "run.log"
     environment = {"PATH": os.environ["PATH"], "MARK": "the run's"}
     assignment = assignment_for([sys.executable, "-m", "show_me", "3", "x"], environment, run_log)
+    assert os.getsid(process.pid) == os.getsid(0)  # until assigned: its starter's session, whose priority it shares
     assert assignment is not None and assign(process, assignment)
+    assert os.getsid(process.pid) == os.getpgid(process.pid) == process.pid  # then its own, as a cold process's
 
     assert process.wait(timeout=60) == 3
     # Its environment is the run's alone: what it started with is gone.

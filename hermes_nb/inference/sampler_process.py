@@ -1,0 +1,120 @@
+"""Generation in a forked child process, so that a trainer's sampling and its training never share one GIL.
+
+On CPU a small model's forward is mostly Python and operator dispatch, which hold the GIL: a sampler thread in
+the trainer process and the training thread beside it then take turns on one core while the other core idles.
+A forked child runs ``generate`` on its own interpreter instead. It is forked (not spawned) from the thread that
+samples, once the policy's model exists, so it costs milliseconds and imports nothing; CUDA forbids forking an
+initialised context, hence CPU models only (``can_fork``).
+
+Weights: before the fork the model's tensors move to shared memory (``Module.share_memory``), so the child
+samples from the very tensors the parent's engine loads new weights into. The parent talks to the child from one
+thread and only between batches, so the child is idle whenever weights change and never sees a half-copied
+update: the engine's guarantee of one policy version per batch holds unchanged.
+
+Life: the child ignores SIGINT and SIGTERM (a run's process group is signalled as a whole, and the trainer
+answers a stop by finishing its step, which may still sample), and it ends when its pipe closes (the engine
+closes it, or the trainer exits) or, through ``PR_SET_PDEATHSIG``, when the thread that forked it dies, so a
+trainer killed with -9 leaves nothing. A child that dies otherwise raises ``SamplerProcessExited`` in the parent.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from hermes_nb.inference.sampler import RowResult, SampleRow, device_generator, generate, model_device
+from hermes_nb.system.processes import set_parent_death_signal
+
+# A child asked to stop is idle (the parent sends only between batches), so it is gone within milliseconds.
+JOIN_TIMEOUT_S = 5.0
+
+
+class SamplerProcessExited(RuntimeError):
+    """The sampler's child process ended while the engine still needed it."""
+
+
+def can_fork(model: Any) -> bool:
+    """Whether ``model`` can be sampled in a forked child: its tensors on the CPU, on a system with ``fork``."""
+    return hasattr(os, "fork") and model_device(model).type == "cpu"
+
+
+def _serve(conn: Connection, model: Any, pad_id: int, decode: Callable[[list[int]], str], seed: int) -> None:
+    """The child: one batch of rows in, its results (or the error) out, until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    set_parent_death_signal(signal.SIGKILL)
+    generator = device_generator(model_device(model), seed)
+    while True:
+        try:
+            rows = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            results = generate(model, rows, pad_id=pad_id, decode=decode, generator=generator)
+        except Exception as exc:  # the parent raises it for the requests of this batch
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            continue
+        conn.send(("ok", results))
+
+
+class SamplerProcess:
+    """A forked child that generates with ``model`` (moved to shared memory first); ``generate`` from one thread.
+
+    A bare ``os.fork``, not ``multiprocessing.Process``: the latter's exit handler joins its children, and this
+    child, which ignores SIGTERM, ends only once this process has closed the pipe."""
+
+    def __init__(self, model: Any, *, pad_id: int, decode: Callable[[list[int]], str], seed: int) -> None:
+        model.share_memory()
+        self.model = model
+        self._conn, child_conn = multiprocessing.Pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: it must not hold the parent's end, or it would never see the pipe close
+            self._conn.close()
+            code = 1
+            try:
+                _serve(child_conn, model, pad_id, decode, seed)
+                code = 0
+            finally:
+                os._exit(code)
+        child_conn.close()
+        self._exit_code: int | None = None
+
+    def generate(self, rows: list[SampleRow]) -> list[RowResult]:
+        try:
+            self._conn.send(rows)
+            status, payload = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            raise SamplerProcessExited(f"the sampler process (pid {self.pid}) exited ({self._reap(0.5)})") from exc
+        if status == "error":
+            raise RuntimeError(f"sampling failed in the sampler process: {payload}")
+        results: list[RowResult] = payload
+        return results
+
+    def _reap(self, timeout_s: float) -> str:
+        """Wait up to ``timeout_s`` for the child to end; how it ended, in words."""
+        deadline = time.monotonic() + timeout_s
+        while self._exit_code is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return "reaped by another waiter"
+            if pid:
+                self._exit_code = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() >= deadline:
+                return "still running"
+            time.sleep(0.01)
+        code = self._exit_code
+        return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+
+    def close(self) -> None:
+        """Close the pipe (the child's signal to exit) and reap it; one that does not end in time is killed."""
+        self._conn.close()
+        if self._reap(JOIN_TIMEOUT_S) == "still running":
+            os.kill(self.pid, signal.SIGKILL)
+            self._reap(JOIN_TIMEOUT_S)
