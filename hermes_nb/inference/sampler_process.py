@@ -22,13 +22,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
 from hermes_nb.inference.sampler import RowResult, SampleRow, device_generator, generate, model_device
-from hermes_nb.system.processes import set_parent_death_signal
+from hermes_nb.system.processes import set_parent_death_signal, wait_while
 
 # A child asked to stop is idle (the parent sends only between batches), so it is gone within milliseconds.
 JOIN_TIMEOUT_S = 5.0
@@ -82,7 +81,7 @@ class SamplerProcess:
             finally:
                 os._exit(code)
         child_conn.close()
-        self._exit_code: int | None = None
+        self._ended: str | None = None  # how the child ended, once reaped
 
     def generate(self, rows: list[SampleRow]) -> list[RowResult]:
         try:
@@ -95,22 +94,25 @@ class SamplerProcess:
         results: list[RowResult] = payload
         return results
 
+    def _running(self) -> bool:
+        """Whether the child runs; once it has ended, reaps it and says how in ``self._ended``."""
+        if self._ended is not None:
+            return False
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            self._ended = "reaped by another waiter"
+            return False
+        if not pid:
+            return True
+        code = os.waitstatus_to_exitcode(status)
+        self._ended = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        return False
+
     def _reap(self, timeout_s: float) -> str:
         """Wait up to ``timeout_s`` for the child to end; how it ended, in words."""
-        deadline = time.monotonic() + timeout_s
-        while self._exit_code is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                return "reaped by another waiter"
-            if pid:
-                self._exit_code = os.waitstatus_to_exitcode(status)
-                break
-            if time.monotonic() >= deadline:
-                return "still running"
-            time.sleep(0.01)
-        code = self._exit_code
-        return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        wait_while(self._running, timeout_s, poll_seconds=0.01)
+        return self._ended or "still running"
 
     def close(self) -> None:
         """Close the pipe (the child's signal to exit) and reap it; one that does not end in time is killed."""

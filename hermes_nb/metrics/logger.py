@@ -136,8 +136,9 @@ class _WandbSink:
             )
             self._broken = True
             return
-        self._thread = threading.Thread(target=self._feed, args=(self._process,), name=f"wandb-{settings.role}")
-        self._thread.daemon = True
+        self._thread = threading.Thread(
+            target=self._feed, args=(self._process,), name=f"wandb-{settings.role}", daemon=True
+        )
         self._thread.start()
 
     @property

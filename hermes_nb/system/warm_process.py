@@ -25,6 +25,7 @@ raising it again needs privileges, so what is lowered is what the run's process 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import importlib
 import json
@@ -33,13 +34,12 @@ import runpy
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from hermes_nb.system.processes import LOG_FILE_MODE, spawn_group
+from hermes_nb.system.processes import LOG_FILE_MODE, spawn_group, wait_while
 
 WARM_MODULE = "hermes_nb.system.warm_process"
 # The importing thread's nice value, and the weight of the kit's session: they run on what the cores have to spare.
@@ -62,8 +62,9 @@ class Assignment(BaseModel):
 def spawn_warm(
     imports: Sequence[str], log_path: Path, env: Mapping[str, str], ready_fd: int
 ) -> subprocess.Popen[bytes]:
-    """A warm process importing ``imports``, in a session of its own, its output in ``log_path`` until assigned;
-    it writes to ``ready_fd`` once imported, and dies with the thread that starts it (the supervisor-to-be)."""
+    """A warm process importing ``imports``; until assigned it stays in its starter's session and its output goes to
+    ``log_path``. It writes to ``ready_fd`` once imported, and dies with the thread that starts it (the
+    supervisor-to-be)."""
     argv = [sys.executable, "-m", WARM_MODULE, str(ready_fd), *imports]
     return spawn_group(argv, log_path, env, stdin=subprocess.PIPE, pass_fds=(ready_fd,), own_session=False)
 
@@ -92,13 +93,15 @@ def assign(process: subprocess.Popen[bytes], assignment: Assignment) -> bool:
         process.stdin.close()
     except (BrokenPipeError, ValueError):
         return False
-    deadline = time.monotonic() + SESSION_WAIT_S
-    while process.poll() is None and time.monotonic() < deadline:
-        with contextlib.suppress(ProcessLookupError):
-            if os.getpgid(process.pid) == process.pid:
-                return True
-        time.sleep(0.002)
-    return False
+    wait_while(lambda: process.poll() is None and not _leads_its_group(process), SESSION_WAIT_S, poll_seconds=0.002)
+    return process.poll() is None and _leads_its_group(process)
+
+
+def _leads_its_group(process: subprocess.Popen[bytes]) -> bool:
+    try:
+        return os.getpgid(process.pid) == process.pid
+    except ProcessLookupError:
+        return False
 
 
 def release(process: subprocess.Popen[bytes]) -> None:
@@ -142,22 +145,15 @@ def import_at_low_priority(imports: Sequence[str]) -> None:
     """Import ``imports`` in a thread at ``IMPORT_NICE``; returns when done, raising what an import raised.
     Threads that a module starts as it is imported inherit that nice value: torch's start one that only idles
     afterwards, and its compute threads are started later by the thread that first computes."""
-    failure: list[BaseException] = []
 
     def work() -> None:
         with contextlib.suppress(OSError):  # a system that refuses: the imports just compete as before
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), IMPORT_NICE)
-        try:
-            for name in imports:
-                importlib.import_module(name)
-        except BaseException as exc:  # raised again in the main thread, which exits on it
-            failure.append(exc)
+        for name in imports:
+            importlib.import_module(name)
 
-    thread = threading.Thread(target=work, name="warm imports")
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="warm imports") as pool:
+        pool.submit(work).result()  # an import's error is raised here, in the main thread, which exits on it
 
 
 def main(ready_fd: int, imports: Sequence[str]) -> int:
