@@ -15,6 +15,8 @@ Life: the child ignores SIGINT and SIGTERM (a run's process group is signalled a
 answers a stop by finishing its step, which may still sample), and it ends when its pipe closes (the engine
 closes it, or the trainer exits) or, through ``PR_SET_PDEATHSIG``, when the thread that forked it dies, so a
 trainer killed with -9 leaves nothing. A child that dies otherwise raises ``SamplerProcessExited`` in the parent.
+It first closes the pipes and sockets it inherited: a copy of the trainer's pipe to its W&B mirror would keep the
+mirror waiting for input, and the trainer at its exit waiting for the mirror.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from hermes_nb.inference.sampler import RowResult, SampleRow, device_generator, generate, model_device
-from hermes_nb.system.processes import set_parent_death_signal, wait_while
+from hermes_nb.system.processes import (
+    can_close_inherited_descriptors,
+    close_inherited_pipes_and_sockets,
+    set_parent_death_signal,
+    wait_while,
+)
 
 # A child asked to stop is idle (the parent sends only between batches), so it is gone within milliseconds.
 JOIN_TIMEOUT_S = 5.0
@@ -38,8 +45,9 @@ class SamplerProcessExited(RuntimeError):
 
 
 def can_fork(model: Any) -> bool:
-    """Whether ``model`` can be sampled in a forked child: its tensors on the CPU, on a system with ``fork``."""
-    return hasattr(os, "fork") and model_device(model).type == "cpu"
+    """Whether ``model`` can be sampled in a forked child: its tensors on the CPU, on a system with ``fork`` whose
+    child can close the pipes and sockets it inherits (Linux)."""
+    return hasattr(os, "fork") and can_close_inherited_descriptors() and model_device(model).type == "cpu"
 
 
 def _serve(conn: Connection, model: Any, pad_id: int, decode: Callable[[list[int]], str], seed: int) -> None:
@@ -47,6 +55,7 @@ def _serve(conn: Connection, model: Any, pad_id: int, decode: Callable[[list[int
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     set_parent_death_signal(signal.SIGKILL)
+    close_inherited_pipes_and_sockets(keep={conn.fileno()})
     generator = device_generator(model_device(model), seed)
     while True:
         try:
@@ -72,7 +81,7 @@ class SamplerProcess:
         self.model = model
         self._conn, child_conn = multiprocessing.Pipe()
         self.pid = os.fork()
-        if self.pid == 0:  # the child: it must not hold the parent's end, or it would never see the pipe close
+        if self.pid == 0:  # the child: its end of the pipe only, so that it sees the parent's end close
             self._conn.close()
             code = 1
             try:

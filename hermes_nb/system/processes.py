@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import psutil
@@ -29,6 +29,8 @@ from hermes_nb.system.logtail import tail_lines
 # Linux: ask the kernel to SIGTERM a child when the thread that started it dies, so a supervisor or a kernel
 # killed with -9 orphans nothing.
 _PR_SET_PDEATHSIG = 1
+# Where Linux lists a process's open descriptors, each a link to what it is ("pipe:[…]", "socket:[…]", a path).
+_OWN_DESCRIPTORS = "/proc/self/fd"
 # Each look at a group scans the process table, hence a coarser poll than for one process.
 GROUP_POLL_SECONDS = 0.05
 # A SIGKILLed process is gone within milliseconds; the bound is for a machine stalled by load (or a process stuck
@@ -44,6 +46,30 @@ def set_parent_death_signal(signum: int = signal.SIGTERM) -> None:
         return
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signum)
+
+
+def close_inherited_pipes_and_sockets(keep: Collection[int] = ()) -> None:
+    """In a forked child: close every pipe and socket it inherited, except the standard streams and ``keep``.
+
+    A fork copies every descriptor, and a pipe's reader sees end-of-file only once every copy of its write end is
+    closed: a child that kept its parent's pipe to a subprocess would keep that subprocess waiting for input after
+    the parent closed it, and one that kept a listening socket would keep the port answering. Files stay open (the
+    shared-memory files behind a model's tensors among them). Reads ``/proc/self/fd``: Linux only."""
+    for name in os.listdir(_OWN_DESCRIPTORS):
+        descriptor = int(name)
+        if descriptor <= 2 or descriptor in keep:
+            continue
+        try:  # the listing's own descriptor is closed by the time it is read
+            target = os.readlink(f"{_OWN_DESCRIPTORS}/{descriptor}")
+        except OSError:
+            continue
+        if target.startswith(("pipe:", "socket:")):
+            os.close(descriptor)
+
+
+def can_close_inherited_descriptors() -> bool:
+    """Whether this system lists a process's descriptors where ``close_inherited_pipes_and_sockets`` reads them."""
+    return os.path.isdir(_OWN_DESCRIPTORS)
 
 
 def child_environment(threads: int | None = None) -> dict[str, str]:

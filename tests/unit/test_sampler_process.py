@@ -1,13 +1,16 @@
 """An engine with ``sampler_process=True`` generates in a forked child: the same tokens and logprobs as the
 engine's own thread, from the weights published last, a batch's failure raised to its requests, a child that dies
-one warning with sampling going on in the thread, and no child left after close."""
+one warning with sampling going on in the thread, no pipe or socket of the parent's held open by the child, and no
+child left after close."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import select
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -149,3 +152,24 @@ def test_close_ends_the_child(base: tuple[Any, Any]) -> None:
 
     child.wait(10)  # raises psutil.TimeoutExpired when it outlives the close
     assert not child.is_running()
+
+
+def test_the_child_holds_none_of_the_parents_pipes_or_sockets(
+    base: tuple[Any, Any], engines: list[InferenceEngine]
+) -> None:
+    read_end, write_end = os.pipe()  # like the trainer's pipe to its W&B mirror, open when the child forks
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    engine = engine_with(engines, fresh_policy(base), sampler_process=True)
+    before = set(children())
+    asyncio.run(engine.sample(rows(base[1])))
+    assert len(set(children()) - before) == 1
+
+    os.close(write_end)
+    listener.close()
+
+    readable, _, _ = select.select([read_end], [], [], 5.0)
+    assert readable and os.read(read_end, 1) == b""  # end-of-file: no copy of the write end is left
+    os.close(read_end)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5.0)

@@ -270,6 +270,7 @@ def test_trainer_process_trains_against_the_api_and_exits_0(model_dir: Path, tmp
         assert proc.wait(10) == 0, (tmp_path / "trainer.log").read_text()
     finally:
         proc.kill()
+        proc.wait(10)  # reaped: a Popen left running warns in whichever test collects it
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert [(c.step, c.kind) for c in read_checkpoints(tmp_path / CHECKPOINTS_FILE)] == [(2, "interval"), (3, "final")]
@@ -289,5 +290,6 @@ def test_sigterm_saves_a_stop_checkpoint_and_exits_0(model_dir: Path, tmp_path: 
         assert proc.wait(30) == 0, (tmp_path / "trainer.log").read_text()
     finally:
         proc.kill()
+        proc.wait(10)  # reaped: a Popen left running warns in whichever test collects it
     assert [(c.step, c.kind) for c in read_checkpoints(tmp_path / CHECKPOINTS_FILE)] == [(1, "stop")]
     assert "trainer stopped at step 1" in (tmp_path / "trainer.log").read_text()
