@@ -1,17 +1,21 @@
 """A verifiers environment run as it is: the shipped ``addition_verifiers`` selected, edited and trained to
 ``completed`` on the embedded chat model through verifiers' train client, training exactly the tokens the run's
-inference server sampled; the tool environment ``calculator_verifiers`` likewise, its ``calculate`` calls in the
-recorded samples; and tests/fixtures/verifiers/broken_verifiers.py's crashing reward ending a run in one
-message with the environment's log tail. verifiers lives in its own virtual environment (.venvs/verifiers, built by
-``make test``; ``side_env_python`` skips these tests where it is absent, and fails them in CI)."""
+inference server sampled, with either harness (``hermes_nb_chat`` plays the episodes in the environment's process,
+verifiers' ``null`` starts a chat program under uv for each); the tool environment ``calculator_verifiers``
+likewise, its ``calculate`` calls in the recorded samples; and tests/fixtures/verifiers/broken_verifiers.py's
+crashing reward ending a run in one message with the environment's log tail. verifiers lives in its own virtual
+environment (.venvs/verifiers, built by ``make test``; ``side_env_python`` skips these tests where it is absent, and
+fails them in CI)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
-from run_helpers import run, wait_for_status
+from run_helpers import run, run_pids, wait_for_status
 from sampled_logprobs import LOGPROB_TOLERANCE, trained_groups, worst_logprob_gap
 from side_envs import REPO_ROOT, side_env_python
 
@@ -22,8 +26,10 @@ from hermes_nb.runs.registry import known_run_ids
 from hermes_nb.system import home
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "verifiers"
-# Each episode starts verifiers' chat program (a Python process): a short run takes a minute or two here.
+# With verifiers' null harness each episode starts a chat program (a Python process): a short run takes a minute or
+# two here.
 RUN_TIMEOUT_S = 300
+WATCH_POLL_S = 0.05
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2 * RUN_TIMEOUT_S)]
 SHORT = {"group_size": 2, "batch_size": 4, "eval_items": 2, "max_num_workers": 2, "wandb.mode": "disabled"}
 # The embedded chat model rarely adds right: groups scoring all 0 are kept (advantage 0) so the run moves.
@@ -40,14 +46,64 @@ def verifiers_python(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         run(rl_stop_training(run_id))
 
 
-def test_addition_verifiers_trains_to_completed_on_the_tokens_it_sampled(verifiers_python: Path) -> None:
+class DescendantWatch:
+    """The command lines of every process a process started, seen by polling until the watch ends."""
+
+    def __init__(self, pid_of: Callable[[], int | None]) -> None:
+        self.pid_of = pid_of
+        self.seen: set[tuple[str, ...]] = set()
+        self.polls = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> DescendantWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._done.wait(WATCH_POLL_S):
+            pid = self.pid_of()
+            if pid is None:
+                continue
+            try:
+                for child in psutil.Process(pid).children(recursive=True):
+                    self.seen.add(tuple(child.cmdline()))  # empty for a child that has just exited
+            except psutil.Error:  # not started yet, or gone: the run's status says which
+                continue
+            self.polls += 1
+
+
+def is_program(executable: str) -> bool:
+    return executable == "uv" or executable.startswith("python")
+
+
+def env_pid(run_id: str) -> Callable[[], int | None]:
+    return lambda: run_pids(run_id).get("env")
+
+
+@pytest.mark.parametrize("harness", ["hermes_nb_chat", "null"])
+def test_addition_verifiers_trains_to_completed_on_the_tokens_it_sampled(verifiers_python: Path, harness: str) -> None:
     run(rl_select_environment("addition_verifiers"))
-    run(rl_edit_config({**SHORT, **KEEP_FLAT_GROUPS, "env.eval_taskset": {"split": "held_out"}}))
+    run(
+        rl_edit_config({**SHORT, **KEEP_FLAT_GROUPS, "env.eval_taskset": {"split": "held_out"}, "env.harness": harness})
+    )
 
     start = run(rl_start_training(total_steps=2))
-    status = wait_for_status(start.run_id, lambda s: s.is_terminal, RUN_TIMEOUT_S)
+    with DescendantWatch(env_pid(start.run_id)) as watch:
+        status = wait_for_status(start.run_id, lambda s: s.is_terminal, RUN_TIMEOUT_S)
 
     assert status.status == "completed", status.error
+    assert watch.polls > 10  # the environment process was watched while it ran
+    # A chat program is uv and the Python it starts; verifiers may also run a probe (`true`) on a failure path.
+    chat_programs = [command for command in watch.seen if command and is_program(Path(command[0]).name)]
+    if harness == "null":
+        assert chat_programs  # a program under uv for each episode
+    else:
+        assert chat_programs == [], watch.seen  # every episode in the environment's own process
     # Step 1 trains groups sampled from the starting weights: every trained position is the sampled token, with
     # the server's logprob for it, recomputed here from those weights.
     gap = worst_logprob_gap(trained_groups(home.run_dir(start.run_id))[1], embedded_chat_model_dir(), temperature=1.0)

@@ -22,7 +22,7 @@ from hermes_nb.errors import HermesNBError
 # uv resolves and installs the chat program's packages: a minute or two from an empty cache on a slow link; well
 # under a second once they are cached. Past this, the index or the network is unreachable.
 PREPARE_TIMEOUT_S = 300.0
-# The harness whose program is prepared: the one a hermes-nb run's episodes use (episode_env.HARNESS).
+# The harness whose program is prepared: verifiers' own chat harness, a run's episodes' with `env.harness: null`.
 HARNESS_ID = "null"
 SIDE_ENV_COMMAND = "sh scripts/side_env.sh verifiers"
 

@@ -1,11 +1,12 @@
 """The environment process of a verifiers run: verifiers plays the episodes, hermes-nb trains their exact tokens.
 
 ``python -m hermes_nb.env_runtime serve <this file>:VerifiersEnv --config <run>/config.yaml`` in the verifiers
-Python. ``setup`` prepares the harness's chat program (``chat_program``), loads the environment of the file named
-by ``FILE_VAR`` as verifiers loads one (``vf.load_environment(vf.resolve_env_config(...))``: the taskset by its
-id, its own fields from the settings' ``taskset.*``), with the local defaults (the ``subprocess`` runtime, the
-``null`` harness; verifiers' own defaults are a remote sandbox and a shell-giving harness), and holds
-``env.serving()`` (its interception server) until ``teardown``. An item is one of the taskset's tasks, in its order,
+Python. ``setup`` loads the environment of the file named by ``FILE_VAR`` as verifiers loads one
+(``vf.load_environment(vf.resolve_env_config(...))``: the taskset by its id, its own fields from the settings'
+``taskset.*``), with local defaults (the ``subprocess`` runtime and the settings' harness: ``hermes_nb_chat``, the
+``null`` harness's chat loop in this process, or ``null`` itself, whose chat program ``chat_program`` prepares
+first; verifiers' own defaults are a remote sandbox and a shell-giving harness), and holds ``env.serving()`` (its
+interception server) until ``teardown``. An item is one of the taskset's tasks, in its order,
 over and over. A group is ``group_size`` episodes of it (``env.run_slot``), sampled through verifiers' **train**
 client from the run's inference server's ``/inference/v1/generate``: the client renders the chat to token ids
 itself, so each trace's branch carries the exact ``token_ids``, ``sampled_mask`` and ``logprobs`` the server
@@ -31,12 +32,12 @@ from hermes_nb.env.scoring import TrainedSequence
 from hermes_nb.errors import HermesNBError
 from hermes_nb.frameworks.verifiers import chat_program
 from hermes_nb.frameworks.verifiers.handoff import CLIENT_VAR, FILE_VAR, taskset_id
+from hermes_nb.frameworks.verifiers.plugins import PLUGINS_DIR
 from hermes_nb.frameworks.verifiers.settings import VerifiersSettings
 from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT
 from hermes_nb.protocol.trajectory import MASK_IGNORE, PROMPT_LOGPROB, Message, ScoredDataGroup
 
-# The verifiers harness every episode runs (one chat program per episode, no tools of its own) and where.
-HARNESS = {"id": "null"}
+# Where every episode runs: on this machine, never in a remote sandbox.
 RUNTIME = {"type": "subprocess"}
 # A variable no one sets: the client's key when the server needs none (verifiers then sends "EMPTY").
 NO_KEY_VAR = "HERMES_NB_VERIFIERS_NO_KEY"
@@ -61,11 +62,14 @@ class VerifiersEnv(BaseEnv):
         if not file:
             raise HermesNBError(f"{FILE_VAR} names no verifiers environment file")
         self.taskset_id, folder = taskset_id(file)
-        sys.path.insert(0, str(folder))
+        # verifiers imports a harness by a top-level module name: hermes_nb_chat lives in PLUGINS_DIR.
+        sys.path[:0] = [str(folder), str(PLUGINS_DIR)]
         # verifiers starts a taskset's tool servers as `python -m <the environment's module>`: they import it too.
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+        paths = (str(folder), str(PLUGINS_DIR), os.environ.get("PYTHONPATH", ""))
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         _check_tool_parser(self.config.tool_parser)
-        await chat_program.prepare()  # the episodes' uv program: one clear error now rather than one per group
+        if self.config.harness == chat_program.HARNESS_ID:
+            await chat_program.prepare()  # the episodes' uv program: one clear error now rather than one per group
         self.stack = stack = contextlib.AsyncExitStack()
         self.env = await self._served(stack, self.config.taskset_fields())
         if self.config.eval_taskset is not None:
@@ -81,7 +85,8 @@ class VerifiersEnv(BaseEnv):
     async def _served(self, stack: contextlib.AsyncExitStack, taskset_fields: dict[str, Any]) -> Any:
         import verifiers.v1 as vf
 
-        agent: dict[str, Any] = {"harness": HARNESS, "runtime": RUNTIME, "max_turns": self.config.max_turns}
+        harness = {"id": self.config.harness}
+        agent: dict[str, Any] = {"harness": harness, "runtime": RUNTIME, "max_turns": self.config.max_turns}
         config = vf.resolve_env_config({"taskset": {**taskset_fields, "id": self.taskset_id}, "agent": agent})
         env = vf.load_environment(config)
         await stack.enter_async_context(env.serving())

@@ -3,13 +3,13 @@
 hermes-nb's own (``BaseEnvConfig``: group size, workers, sizes) plus how a reply is sampled and what the held-out
 evaluation loads; the taskset's own config fields join them as ``taskset.<field>`` (verifiers'
 ``--env.taskset.<field>``), read from the taskset's config class by ``schema_child``. Each episode runs locally:
-verifiers' ``subprocess`` runtime and its ``null`` harness (a chat program: one turn, and one more per tool call),
-never a remote sandbox, never a push; ``tool_parser`` says how the train client reads the model's tool calls.
+verifiers' ``subprocess`` runtime and a chat harness (one turn, and one more per tool call), never a remote
+sandbox, never a push; ``tool_parser`` says how the train client reads the model's tool calls.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -22,6 +22,13 @@ class VerifiersSettings(BaseEnvConfig):
     # process, against the taskset's config class).
     model_config = ConfigDict(extra="allow", validate_assignment=True)
 
+    harness: Literal["hermes_nb_chat", "null"] = Field(
+        default="hermes_nb_chat",
+        description=(
+            "The harness of every episode. hermes_nb_chat: verifiers' null chat loop in the environment's process; "
+            "null: verifiers' own, a chat program under uv per episode (~1.8 s of CPU each on two cores)."
+        ),
+    )
     max_tokens: int = Field(default=16, ge=1, le=4096, description="Longest reply per turn, in tokens.")
     max_turns: int | None = Field(default=None, ge=1, description="Turns per episode; none: the harness decides.")
     eval_taskset: dict[str, Any] | None = Field(
