@@ -91,7 +91,8 @@ FRAMEWORKS = (
         python_var="HERMES_NB_OPENENV_PYTHON",
     ),
     # environments/addition_verifiers.py, a verifiers taskset of 2-digit addition, run in the verifiers side
-    # environment through its train client (one chat program per episode).
+    # environment through its train client, its episodes played by the default harness (hermes_nb_chat: in the
+    # environment's process).
     Framework(
         "verifiers",
         "addition_verifiers",

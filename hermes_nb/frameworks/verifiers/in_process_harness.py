@@ -23,11 +23,12 @@ from __future__ import annotations
 import asyncio
 import json
 import traceback
+import weakref
 from contextlib import AsyncExitStack
 from typing import Any, cast
 
 import verifiers.v1 as vf
-from openai import APIConnectionError, APIStatusError, AsyncOpenAI
+from openai import APIConnectionError, APIStatusError, AsyncOpenAI, DefaultAsyncHttpxClient
 from verifiers.v1.dialects.chat import message_to_wire
 from verifiers.v1.errors import MODEL_TRANSPORT_ERROR_EXIT_CODE
 from verifiers.v1.harnesses.utils.compaction import is_context_overflow
@@ -35,6 +36,10 @@ from verifiers.v1.harnesses.utils.mcp import call_mcp, connect_mcp
 
 # The program's bound on listing a tool server's tools.
 TOOL_LISTING_TIMEOUT_S = 60.0
+# The HTTP client of every episode's model calls, per event loop (an httpx client belongs to the loop it runs on).
+# verifiers makes a harness per rollout, and a client per episode would build a TLS context each time (the CA
+# bundle loaded), which cost more CPU than the rest of an episode.
+_http_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
 
 class InProcessChatConfig(vf.HarnessConfig):
@@ -65,9 +70,9 @@ class InProcessChatHarness(vf.Harness[InProcessChatConfig]):
         elif prompt is not None:
             messages.extend(message_to_wire(message) for message in prompt)
         servers = {name: {"url": url, "timeout": self.config.tool_timeout} for name, url in mcp_urls.items()}
+        client = AsyncOpenAI(base_url=endpoint, api_key=secret, timeout=None, http_client=shared_http_client())
         try:
-            async with AsyncOpenAI(base_url=endpoint, api_key=secret, timeout=None) as client:
-                await chat_until_answered(client, ctx.model, messages, servers)
+            await chat_until_answered(client, ctx.model, messages, servers)
         except APIConnectionError:  # the SDK's name for a transport error
             return vf.ProgramResult(exit_code=MODEL_TRANSPORT_ERROR_EXIT_CODE, stdout="", stderr=traceback.format_exc())
         except APIStatusError as error:
@@ -77,6 +82,14 @@ class InProcessChatHarness(vf.Harness[InProcessChatConfig]):
         except Exception:  # the program's crash: its traceback is the harness error's detail
             return vf.ProgramResult(exit_code=1, stdout="", stderr=traceback.format_exc())
         return vf.ProgramResult(exit_code=0, stdout="", stderr="")
+
+
+def shared_http_client() -> Any:
+    """This event loop's HTTP client for model calls, made on first use."""
+    loop = asyncio.get_running_loop()
+    if loop not in _http_clients:
+        _http_clients[loop] = DefaultAsyncHttpxClient(timeout=None)
+    return _http_clients[loop]
 
 
 async def chat_until_answered(
