@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,11 @@ SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_
 # Names under which a folder with several templates keeps the one for tool use and the default one.
 TOOL_USE_TEMPLATE = "tool_use"
 DEFAULT_TEMPLATE = "default"
+# Renderings (and encodings) kept per renderer: a group's episodes render and encode the same prompt (and often the
+# same reply), and a template's render costs several times the JSON key that finds it again.
+RENDER_CACHE_SIZE = 256
+# A template that reads the clock renders differently over time: never cached.
+CLOCK_FUNCTION = "strftime_now"
 
 
 class ChatTemplateError(HermesNBError):
@@ -58,6 +64,8 @@ class ChatRenderer:
             raise ChatTemplateError(f"{source}: eos_token {eos!r} is not a token of {TOKENIZER_FILE}")
         self.eos_token: str = eos
         self.eos_token_id: int = int(eos_id)
+        self._renders: OrderedDict[str, str] = OrderedDict()
+        self._encodings: OrderedDict[str, tuple[int, ...]] = OrderedDict()
 
     @classmethod
     def from_model_dir(cls, path: str | Path) -> ChatRenderer:
@@ -86,13 +94,32 @@ class ChatRenderer:
         tools: Sequence[ToolSpec | Mapping[str, Any]] | None = None,
         add_generation_prompt: bool = False,
     ) -> str:
-        """The template's text for ``messages`` (and ``tools``), with the assistant's opening when asked."""
+        """The template's text for ``messages`` (and ``tools``), with the assistant's opening when asked; a
+        conversation rendered recently is not rendered again (unless the template reads the clock)."""
         template_tools = [template_data(tool) for tool in tools] if tools else None
-        compiled = _compile(self._template_for(template_tools is not None))
+        template_messages = [template_message(m) for m in messages]
+        source = self._template_for(template_tools is not None)
+        if CLOCK_FUNCTION in source:
+            return self._render(source, template_messages, template_tools, add_generation_prompt)
+        # Tools or none pick the template, so the key names it too.
+        key = json.dumps([template_messages, template_tools, add_generation_prompt], sort_keys=True, default=str)
+        text = _recall(self._renders, key)
+        if text is None:
+            text = _remember(self._renders, key, self._render(source, template_messages, template_tools,
+                                                              add_generation_prompt))  # fmt: skip
+        return text
+
+    def _render(
+        self,
+        source: str,
+        messages: list[dict[str, Any]],
+        tools: list[Any] | None,
+        add_generation_prompt: bool,
+    ) -> str:
         try:
-            text = compiled.render(
-                messages=[template_message(m) for m in messages],
-                tools=template_tools,
+            text = _compile(source).render(
+                messages=messages,
+                tools=tools,
                 documents=None,
                 add_generation_prompt=add_generation_prompt,
                 **self.special_tokens,
@@ -103,7 +130,10 @@ class ChatRenderer:
 
     def encode(self, text: str) -> list[int]:
         """``text``'s token ids, with no special tokens added around it (special tokens in it are read as such)."""
-        return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        ids = _recall(self._encodings, text)
+        if ids is None:
+            ids = _remember(self._encodings, text, tuple(self._tokenizer.encode(text, add_special_tokens=False).ids))
+        return list(ids)
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids``, special tokens included: the inverse of ``encode`` for the template's text."""
@@ -113,6 +143,22 @@ class ChatRenderer:
         if with_tools and TOOL_USE_TEMPLATE in self._templates:
             return self._templates[TOOL_USE_TEMPLATE]
         return self._templates.get(DEFAULT_TEMPLATE) or self._templates[TOOL_USE_TEMPLATE]
+
+
+def _recall(cache: OrderedDict[str, Any], key: str) -> Any:
+    """``cache``'s value for ``key`` (now its most recent), or None."""
+    value = cache.get(key)
+    if value is not None:
+        cache.move_to_end(key)
+    return value
+
+
+def _remember(cache: OrderedDict[str, Any], key: str, value: Any) -> Any:
+    """``value``, kept under ``key``; the least recent entry is dropped beyond ``RENDER_CACHE_SIZE``."""
+    cache[key] = value
+    if len(cache) > RENDER_CACHE_SIZE:
+        cache.popitem(last=False)
+    return value
 
 
 @functools.cache

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -48,11 +49,12 @@ class SidePython(BaseModel):
         value = os.environ.get(self.variable, "").strip()
         return str(Path(value).expanduser()) if value else sys.executable
 
-    def checked(self, file: str) -> str:
-        """The configured interpreter, once it has what ``file``'s runs need."""
+    def checked(self, file: str, *, not_needed: Collection[str] = ()) -> str:
+        """The configured interpreter, once it has what ``file``'s runs need (what the probe looks for, less
+        ``not_needed``: what this run does without)."""
         python = self.configured()
         mtime = os.stat(python).st_mtime_ns if os.path.exists(python) else -1
-        missing = _missing(self.framework, python, mtime, self.probe_source)
+        missing = [m for m in _missing(self.framework, python, mtime, self.probe_source) if m not in not_needed]
         if missing:
             raise EnvironmentPythonError(
                 f"{file} is a {self.framework} environment; the {self.framework} Python {python} {self.lacks} "

@@ -9,6 +9,7 @@ fails them in CI)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,14 @@ from run_helpers import run, run_pids, wait_for_status
 from sampled_logprobs import LOGPROB_TOLERANCE, trained_groups, worst_logprob_gap
 from side_envs import REPO_ROOT, side_env_python
 
-from hermes_nb.api import rl_edit_config, rl_get_samples, rl_select_environment, rl_start_training, rl_stop_training
+from hermes_nb.api import (
+    rl_edit_config,
+    rl_get_samples,
+    rl_select_environment,
+    rl_start_training,
+    rl_stop_training,
+    rl_tail_logs,
+)
 from hermes_nb.config import embedded_chat_model_dir
 from hermes_nb.frameworks.verifiers.interpreter import VERIFIERS_PYTHON_VAR
 from hermes_nb.runs.registry import known_run_ids
@@ -30,6 +38,9 @@ FIXTURES = REPO_ROOT / "tests" / "fixtures" / "verifiers"
 # two here.
 RUN_TIMEOUT_S = 300
 WATCH_POLL_S = 0.05
+# A completed run's environment process exits within seconds; its log's last lines hold what it said at exit.
+EXIT_TIMEOUT_S = 60
+ENV_LOG_LINES = 30
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2 * RUN_TIMEOUT_S)]
 SHORT = {"group_size": 2, "batch_size": 4, "eval_items": 2, "max_num_workers": 2, "wandb.mode": "disabled"}
 # The embedded chat model rarely adds right: groups scoring all 0 are kept (advantage 0) so the run moves.
@@ -77,6 +88,12 @@ class DescendantWatch:
             self.polls += 1
 
 
+def wait_for_exit(pid: int | None) -> None:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        if pid is not None:
+            psutil.Process(pid).wait(EXIT_TIMEOUT_S)
+
+
 def is_program(executable: str) -> bool:
     return executable == "uv" or executable.startswith("python")
 
@@ -110,6 +127,10 @@ def test_addition_verifiers_trains_to_completed_on_the_tokens_it_sampled(verifie
     assert gap <= LOGPROB_TOLERANCE, f"a kept logprob differs from the model's by {gap}"
     env_metrics = (home.run_dir(start.run_id) / "env_metrics.jsonl").read_text()
     assert "verifiers/reply_chars" in env_metrics and "eval/percent_correct" in env_metrics
+    # The environment process closed what it opened (the harness's HTTP session among them) before it exited.
+    wait_for_exit(run_pids(start.run_id).get("env"))
+    env_log = "\n".join(run(rl_tail_logs(start.run_id, process="env", lines=ENV_LOG_LINES)).lines)
+    assert "environment completed" in env_log and "Unclosed" not in env_log
 
 
 def test_calculator_verifiers_trains_to_completed_with_its_tool_calls_on_the_tokens_it_sampled(

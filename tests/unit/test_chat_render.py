@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from hermes_nb.config import EMBEDDED_BASE_MODEL, EMBEDDED_CHAT_MODEL, base_model_dir
-from hermes_nb.env import AgentEnv, AgentEnvConfig, ChatRenderer, QAItem
+from hermes_nb.env import AgentEnv, AgentEnvConfig, ChatRenderer, QAItem, chat_render
 from hermes_nb.env.chat_render import ChatTemplateError, load_chat_renderer
 from hermes_nb.protocol.inference import ChatMessage, FunctionCall, FunctionSpec, ToolCall, ToolSpec
 from hermes_nb.protocol.tool_calls import template_message
@@ -175,3 +175,63 @@ def test_a_folder_without_a_template_is_refused_naming_it(tmp_path: Path) -> Non
 def test_a_folder_without_a_tokenizer_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ChatTemplateError, match=r"no tokenizer.json"):
         ChatRenderer.from_model_dir(tmp_path)
+
+
+def _counting_renders(renderer: ChatRenderer, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list whose length is the template renders ``renderer`` makes from now on."""
+    renders: list[int] = []
+    real = renderer._render
+
+    def counted(*args: Any) -> str:
+        renders.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(renderer, "_render", counted)
+    return renders
+
+
+def test_a_conversation_rendered_again_is_the_same_text_without_a_second_render(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    renderer = ChatRenderer.from_model_dir(shutil.copytree(embedded_chat_model_dir(), tmp_path / "model"))
+    renders = _counting_renders(renderer, monkeypatch)
+
+    first = renderer.render(CONVERSATION[:2], TOOLS, add_generation_prompt=True)
+    again = renderer.render([ChatMessage.model_validate(m.model_dump()) for m in CONVERSATION[:2]], TOOLS, True)
+    without_tools = renderer.render(CONVERSATION[:2], None, add_generation_prompt=True)
+
+    assert again == first and without_tools != first
+    assert len(renders) == 2  # the equal conversation was not rendered again; the one without tools was
+
+
+def test_the_render_cache_keeps_the_most_recent_conversations_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    renderer = ChatRenderer.from_model_dir(shutil.copytree(embedded_chat_model_dir(), tmp_path / "model"))
+    conversations = [[ChatMessage(role="user", content=f"{i}+1=")] for i in range(chat_render.RENDER_CACHE_SIZE + 1)]
+    for conversation in conversations:
+        renderer.render(conversation)
+    renders = _counting_renders(renderer, monkeypatch)
+
+    renderer.render(conversations[-1])
+    assert len(renders) == 0
+    renderer.render(conversations[0])  # the oldest, dropped when the last came in
+    assert len(renders) == 1
+
+
+def test_a_template_that_reads_the_clock_is_rendered_every_time(tmp_path: Path) -> None:
+    renderer = _with_template(tmp_path, "{{ strftime_now('%H:%M:%S.%f') }}")
+    message = ChatMessage(role="user", content="x")
+
+    assert renderer.render([message]) != renderer.render([message])
+
+
+def test_an_encoding_handed_out_is_the_callers_to_change() -> None:
+    renderer = load_chat_renderer(EMBEDDED_CHAT_MODEL)
+    text = renderer.render([ChatMessage(role="user", content="12+34=")], add_generation_prompt=True)
+    ids = renderer.encode(text)
+    expected = list(ids)
+
+    ids.append(renderer.eos_token_id)
+
+    assert renderer.encode(text) == expected

@@ -87,6 +87,22 @@ async def body(server, seen):
     assert seen == {"differ": True, "a_again": True}
 
 
+def test_a_loopback_session_is_not_compressed_unless_asked_and_plays_either_way(tmp_path):
+    seen = run_in_openenv(
+        """
+async def body(server, seen):
+    for name, compress in (("default", None), ("asked", True)):
+        async with OpenEnvSession(server.url, compress=compress) as session:
+            prompt = (await session.reset(seed=5)).observation["prompt"]
+            seen[name] = [type(e).__name__ for e in session._connection.protocol.extensions], prompt
+""",
+        EXAMPLE,
+        tmp_path,
+    )
+    assert seen["default"][0] == [] and seen["asked"][0] == ["PerMessageDeflate"]
+    assert seen["default"][1] == seen["asked"][1]  # the same seed, the same problem, compressed or not
+
+
 @pytest.mark.parametrize(
     ("action", "expected"),
     [

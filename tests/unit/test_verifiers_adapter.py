@@ -1,10 +1,12 @@
 """The verifiers adapter without a run: discovery claims a ``vf.Taskset`` subclass without importing it, the schema
 child shows the taskset's own config fields as ``taskset.*``, a Python without verifiers is refused in one line
-naming it and the install command, and one without ``uv`` (verifiers runs its chat program with it) is refused
-before a run starts, and by the environment process's preparation of that program, naming uv."""
+naming it and the install command, and one without ``uv`` runs the default harness (episodes in-process) but is
+refused, naming uv, before a run with verifiers' ``null`` harness (a chat program under uv per episode) starts,
+and by the environment process's preparation of that program."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -12,11 +14,13 @@ from pathlib import Path
 import pytest
 from side_envs import REPO_ROOT, side_env_python
 
+from hermes_nb.api import rl_edit_config, rl_select_environment, rl_start_training
 from hermes_nb.atropos.interpreter import env_python_environment
 from hermes_nb.errors import EnvironmentPythonError
 from hermes_nb.frameworks.verifiers import chat_program, interpreter, schema_child
 from hermes_nb.selection import schema_child as generic_schema_child
 from hermes_nb.selection.discovery import scan
+from hermes_nb.system import home
 
 EXAMPLE = REPO_ROOT / "environments" / "addition_verifiers.py"
 # A PATH without uv on it (and without the side venv's bin).
@@ -70,15 +74,30 @@ def test_a_python_without_verifiers_is_refused_naming_it_and_the_install_command
     assert python in message and "pip install verifiers==0.4.0" in message and "\n" not in message
 
 
-def test_a_verifiers_python_without_uv_is_refused_before_a_run_naming_uv(
+def test_a_verifiers_python_without_uv_runs_the_default_harness(
     python_without_uv: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(interpreter.VERIFIERS_PYTHON_VAR, str(python_without_uv))
     monkeypatch.setenv("PATH", BARE_PATH)
+
+    assert interpreter.verifiers_python(str(EXAMPLE)) == str(python_without_uv)
+
+
+def test_a_run_with_verifiers_null_harness_and_no_uv_is_refused_before_it_starts_naming_uv(
+    python_without_uv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(interpreter.VERIFIERS_PYTHON_VAR, str(python_without_uv))
+    monkeypatch.setenv("PATH", BARE_PATH)
+    asyncio.run(rl_select_environment("addition_verifiers"))
+    asyncio.run(rl_edit_config({"env.harness": "null"}))
+
     with pytest.raises(EnvironmentPythonError) as refused:
-        interpreter.verifiers_python(str(EXAMPLE))
+        asyncio.run(rl_start_training(total_steps=1))
+
     message = str(refused.value)
     assert "cannot import or find uv." in message and str(python_without_uv) in message and "\n" not in message
+    runs = home.home_dir() / "runs"
+    assert not runs.exists() or list(runs.iterdir()) == []
 
 
 def test_preparing_the_chat_program_without_uv_fails_at_once_naming_uv(python_without_uv: Path) -> None:

@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -28,6 +29,10 @@ from hermes_nb.protocol.inference import FunctionSpec, ToolSpec
 REPLY_TIMEOUT_S = 300.0
 # Observations can be large (a page, a board): websockets' 1 MiB default would cut them.
 MAX_MESSAGE_BYTES = 64 * 2**20
+# Hosts whose sessions are not compressed by default: on loopback, permessage-deflate (websockets' default) saves
+# no time and costs both sides CPU on every message (~10 % of each side's, for a one-step episode:
+# bench/openenv_floor.py).
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 # OpenEnv's error code when the server holds max_concurrent_envs sessions already.
 CAPACITY_REACHED = "CAPACITY_REACHED"
 
@@ -83,12 +88,18 @@ def ws_url(base_url: str) -> str:
     return base + "/ws"
 
 
+def is_loopback(base_url: str) -> bool:
+    return urlsplit(base_url).hostname in LOOPBACK_HOSTS
+
+
 class OpenEnvSession:
     """``async with OpenEnvSession(url) as session``: reset, step, list and call tools, closed on exit."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = REPLY_TIMEOUT_S) -> None:
+    def __init__(self, base_url: str, *, timeout_s: float = REPLY_TIMEOUT_S, compress: bool | None = None) -> None:
+        """``compress``: offer permessage-deflate; by default only to a server that is not on loopback."""
         self.base_url = base_url
         self.timeout_s = timeout_s
+        self.compress = not is_loopback(base_url) if compress is None else compress
         self._connection: Any = None
         self._ids = itertools.count(1)
 
@@ -96,7 +107,12 @@ class OpenEnvSession:
         from websockets.asyncio.client import connect
 
         try:
-            self._connection = await connect(ws_url(self.base_url), max_size=MAX_MESSAGE_BYTES, open_timeout=30)
+            self._connection = await connect(
+                ws_url(self.base_url),
+                max_size=MAX_MESSAGE_BYTES,
+                open_timeout=30,
+                compression="deflate" if self.compress else None,
+            )
         except OSError as exc:
             raise ConnectionLost(f"the OpenEnv server at {self.base_url} cannot be reached: {exc}") from None
         return self

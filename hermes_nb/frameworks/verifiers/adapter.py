@@ -15,10 +15,13 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from hermes_nb.atropos.interpreter import env_python_environment
+from hermes_nb.config import RunConfig
 from hermes_nb.frameworks.contract import ChildCommand, FrameworkAdapter, ModelTestRequest, Recognition, ServeRequest
-from hermes_nb.frameworks.verifiers import handoff, interpreter
+from hermes_nb.frameworks.verifiers import chat_program, handoff, interpreter
+from hermes_nb.frameworks.verifiers.settings import VerifiersSettings
 
 EPISODE_ENV_SPEC = handoff.EPISODE_ENV_SPEC
+DEFAULT_HARNESS = VerifiersSettings.model_fields["harness"].default
 
 
 class VerifiersFramework(FrameworkAdapter):
@@ -30,6 +33,13 @@ class VerifiersFramework(FrameworkAdapter):
 
     def python(self, file: str) -> str:
         return interpreter.verifiers_python(file)
+
+    def check_startable(self, config: RunConfig) -> None:
+        """A run whose episodes are verifiers' ``null`` programs needs ``uv`` in the verifiers Python's reach."""
+        assert config.environment is not None  # the launcher checks a run's environment first
+        harness = config.env.get("harness", DEFAULT_HARNESS)
+        if config.trainer.start_environment and harness == chat_program.HARNESS_ID:
+            interpreter.verifiers_python(config.environment.file, needs_uv=True)
 
     def configured_python(self) -> str | None:
         return interpreter.configured_python()

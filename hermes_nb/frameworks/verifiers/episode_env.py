@@ -70,7 +70,11 @@ class VerifiersEnv(BaseEnv):
         _check_tool_parser(self.config.tool_parser)
         if self.config.harness == chat_program.HARNESS_ID:
             await chat_program.prepare()  # the episodes' uv program: one clear error now rather than one per group
+        from hermes_nb.frameworks.verifiers import in_process_harness  # verifiers' own imports: this Python only
+
         self.stack = stack = contextlib.AsyncExitStack()
+        # First in, so last out: after every episode the environments' serving() ends.
+        stack.push_async_callback(in_process_harness.close_shared_session)
         self.env = await self._served(stack, self.config.taskset_fields())
         if self.config.eval_taskset is not None:
             self.eval_env = await self._served(stack, {**self.config.taskset_fields(), **self.config.eval_taskset})

@@ -2,8 +2,9 @@
 
 ``HERMES_NB_VERIFIERS_PYTHON`` names it (verifiers pins openai<3 and mcp==2.0.0, which OpenEnv's pins exclude, so it
 lives in a venv of its own, ``scripts/side_envs/verifiers.txt``); unset, hermes-nb's own interpreter. It must import
-``verifiers``, ``renderers`` (its train client's tokenizer) and ``tokenizers``, and find ``uv`` beside it or on PATH
-(verifiers runs its harness programs with ``uv``); the check and its one-line refusal are
+``verifiers``, ``renderers`` (its train client's tokenizer) and ``tokenizers``; a run with verifiers' own ``null``
+harness must also find ``uv`` beside it or on PATH (verifiers runs that harness's program with ``uv``; the default
+``hermes_nb_chat`` plays the episodes in-process). The check and its one-line refusal are
 ``frameworks.side_python``'s.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from hermes_nb.frameworks.side_python import SidePython, modules_probe
 
 VERIFIERS_PYTHON_VAR = "HERMES_NB_VERIFIERS_PYTHON"
+UV = "uv"
 # "uv" joins the missing when no uv is beside the interpreter or on PATH.
 FIND_UV = (
     "here = os.path.dirname(sys.executable); "
@@ -36,9 +38,9 @@ def configured_python() -> str:
     return VERIFIERS.configured()
 
 
-def verifiers_python(file: str) -> str:
-    """The verifiers Python, checked to import what a verifiers run needs and to find ``uv``."""
-    return VERIFIERS.checked(file)
+def verifiers_python(file: str, *, needs_uv: bool = False) -> str:
+    """The verifiers Python, checked to import what a verifiers run needs (and to find ``uv``, when it does)."""
+    return VERIFIERS.checked(file, not_needed=() if needs_uv else (UV,))
 
 
 def process_path(python: str, base: str) -> str:
