@@ -105,8 +105,8 @@ class ChatRenderer:
         key = json.dumps([template_messages, template_tools, add_generation_prompt], sort_keys=True, default=str)
         text = _recall(self._renders, key)
         if text is None:
-            text = _remember(self._renders, key, self._render(source, template_messages, template_tools,
-                                                              add_generation_prompt))  # fmt: skip
+            text = self._render(source, template_messages, template_tools, add_generation_prompt)
+            _remember(self._renders, key, text)
         return text
 
     def _render(
@@ -132,7 +132,8 @@ class ChatRenderer:
         """``text``'s token ids, with no special tokens added around it (special tokens in it are read as such)."""
         ids = _recall(self._encodings, text)
         if ids is None:
-            ids = _remember(self._encodings, text, tuple(self._tokenizer.encode(text, add_special_tokens=False).ids))
+            ids = tuple(self._tokenizer.encode(text, add_special_tokens=False).ids)
+            _remember(self._encodings, text, ids)
         return list(ids)
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -153,12 +154,11 @@ def _recall(cache: OrderedDict[str, Any], key: str) -> Any:
     return value
 
 
-def _remember(cache: OrderedDict[str, Any], key: str, value: Any) -> Any:
-    """``value``, kept under ``key``; the least recent entry is dropped beyond ``RENDER_CACHE_SIZE``."""
+def _remember(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
+    """Keep ``value`` under ``key``; the least recent entry is dropped beyond ``RENDER_CACHE_SIZE``."""
     cache[key] = value
     if len(cache) > RENDER_CACHE_SIZE:
         cache.popitem(last=False)
-    return value
 
 
 @functools.cache

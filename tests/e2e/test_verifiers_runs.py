@@ -9,14 +9,13 @@ fails them in CI)."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from run_helpers import run, run_pids, wait_for_status
+from run_helpers import alive_after, run, run_pids, wait_for_status
 from sampled_logprobs import LOGPROB_TOLERANCE, trained_groups, worst_logprob_gap
 from side_envs import REPO_ROOT, side_env_python
 
@@ -88,12 +87,6 @@ class DescendantWatch:
             self.polls += 1
 
 
-def wait_for_exit(pid: int | None) -> None:
-    with contextlib.suppress(psutil.NoSuchProcess):
-        if pid is not None:
-            psutil.Process(pid).wait(EXIT_TIMEOUT_S)
-
-
 def is_program(executable: str) -> bool:
     return executable == "uv" or executable.startswith("python")
 
@@ -128,7 +121,7 @@ def test_addition_verifiers_trains_to_completed_on_the_tokens_it_sampled(verifie
     env_metrics = (home.run_dir(start.run_id) / "env_metrics.jsonl").read_text()
     assert "verifiers/reply_chars" in env_metrics and "eval/percent_correct" in env_metrics
     # The environment process closed what it opened (the harness's HTTP session among them) before it exited.
-    wait_for_exit(run_pids(start.run_id).get("env"))
+    assert alive_after([run_pids(start.run_id)["env"]], EXIT_TIMEOUT_S) == []
     env_log = "\n".join(run(rl_tail_logs(start.run_id, process="env", lines=ENV_LOG_LINES)).lines)
     assert "environment completed" in env_log and "Unclosed" not in env_log
 

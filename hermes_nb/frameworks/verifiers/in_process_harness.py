@@ -170,8 +170,9 @@ def status_error(url: str, status: int, text: str) -> APIStatusError:
     return APIStatusError(f"Error code: {status} - {message}", response=response, body=error)
 
 
-async def chat_until_answered(model_call: ModelCall, messages: list[dict[str, Any]],
-                              servers: dict[str, dict[str, Any]]) -> None:  # fmt: skip
+async def chat_until_answered(
+    model_call: ModelCall, messages: list[dict[str, Any]], servers: dict[str, dict[str, Any]]
+) -> None:
     """Turns until a reply without tool calls; each tool call answered by its MCP server."""
     async with AsyncExitStack() as stack:
         tools, dispatch, connections = await asyncio.wait_for(
