@@ -33,8 +33,12 @@ warm-up:
 	$(PY) -c "import hermes_nb.notebook, ipykernel.kernelapp, jupyterlab, torch, transformers"
 
 # Side environments the tests need (scripts/side_envs/NAME.txt -> .venvs/NAME), cached by a stamp; CI builds them anew.
+# The largest first: an install's downloads stay on disk until it ends, so they come while the least is there.
+LARGEST_SIDE_ENVS := skyrl vllm
+SIDE_ENVS := $(LARGEST_SIDE_ENVS) $(filter-out $(LARGEST_SIDE_ENVS),$(basename $(notdir $(wildcard scripts/side_envs/*.txt))))
+
 side-envs:
-	for spec in scripts/side_envs/*.txt; do [ -e "$$spec" ] || continue; sh scripts/side_env.sh "$$(basename "$$spec" .txt)" >/dev/null || exit 1; done
+	for name in $(SIDE_ENVS); do sh scripts/side_env.sh "$$name" >/dev/null || exit 1; done
 
 main: setup
 	$(PY) scripts/main_job.py --out out

@@ -6,9 +6,11 @@
 #   sh scripts/side_env.sh NAME        prints the environment's python on the last line
 #
 # The requirements file's first line may name the interpreter: "# python: 3.12"; an "# uninstall: A B" line names
-# packages removed after the install (a dependency pip insists on that breaks the environment's imports); a
+# packages removed after the install (a dependency pip insists on that breaks the environment's imports, or one
+# it never loads); a
 # "# post: ARGS" line is run as the environment's python ARGS (split on spaces) after that, with hermes-nb's source
-# importable: the first-use work of a package (a download it would make at run time) done once, here. The build is
+# importable: the first-use work of a package (a download it would make at run time) done once, here. Files the new
+# environment shares with the others are then hard-linked to one copy (scripts/link_duplicates.py). The build is
 # cached: a stamp holds the hash of the requirements file and the interpreter version, so a changed pin rebuilds
 # it and an unchanged one costs nothing. A failed build leaves no stamp, so the next call starts over.
 set -eu
@@ -50,5 +52,9 @@ unwanted="$(sed -n 's/^# uninstall: *//p' "$requirements" | head -n 1)"
 post="$(sed -n 's/^# post: *//p' "$requirements" | head -n 1)"
 # Word splitting wanted: the line is the arguments of one python command.
 [ -z "$post" ] || PYTHONPATH="$root" "$target/bin/python" $post >&2
+# What this environment repeats from hermes-nb's venv and the other side environments is stored once.
+set -- "$(dirname "$target")"/*
+[ -d "$root/.venv" ] && set -- "$root/.venv" "$@"
+"$target/bin/python" "$root/scripts/link_duplicates.py" "$@" >&2
 echo "$stamp_value" > "$target/.stamp"
 echo "$target/bin/python"
