@@ -3,8 +3,9 @@
     python scripts/link_duplicates.py DIR...
 
 The side environments repeat hermes-nb's venv and each other: the CPU torch of .venv and .venvs/vllm is one wheel,
-and numpy, pyarrow, sympy, transformers and their kind come in up to five copies (2.4 GB of 15 GB here, see
-docs/benchmarks.md). scripts/side_env.sh runs this after every build, so the disk holds one copy of each.
+and numpy, pyarrow, sympy, transformers and their kind come in up to five copies (1.6 of the 11.2 GB the side
+environments take without this, docs/benchmarks.md, "Disk of the test set-up"). scripts/side_env.sh runs this
+after every build.
 
 A file is linked only to one of the same size, mode, owner, filesystem and content (a BLAKE2 digest of the whole
 file). Linking is atomic: the link is made beside the file and renamed over it, so a reader sees a whole file at

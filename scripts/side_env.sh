@@ -6,13 +6,13 @@
 #   sh scripts/side_env.sh NAME        prints the environment's python on the last line
 #
 # The requirements file's first line may name the interpreter: "# python: 3.12"; an "# uninstall: A B" line names
-# packages removed after the install (a dependency pip insists on that breaks the environment's imports, or one
-# it never loads); a
-# "# post: ARGS" line is run as the environment's python ARGS (split on spaces) after that, with hermes-nb's source
-# importable: the first-use work of a package (a download it would make at run time) done once, here. Files the new
-# environment shares with the others are then hard-linked to one copy (scripts/link_duplicates.py). The build is
-# cached: a stamp holds the hash of the requirements file and the interpreter version, so a changed pin rebuilds
-# it and an unchanged one costs nothing. A failed build leaves no stamp, so the next call starts over.
+# packages removed after the install (a dependency pip insists on that breaks the environment's imports, or one it
+# never loads); a "# post: ARGS" line is run as the environment's python ARGS (split on spaces) after that, with
+# hermes-nb's source importable: the first-use work of a package (a download it would make at run time) done once,
+# here. Files the new environment shares with .venv and the other side environments are then hard-linked to one
+# copy (scripts/link_duplicates.py). The build is cached: a stamp holds the hash of the requirements file and the
+# interpreter version, so a changed pin rebuilds it and an unchanged one costs nothing. A failed build leaves no
+# stamp, so the next call starts over.
 set -eu
 name="$1"
 root="$(cd "$(dirname "$0")/.." && pwd)"
