@@ -113,6 +113,11 @@ class BaseEnvConfig(BaseModel):
     data_path_to_save_groups: str | None = Field(default=None, description="Where groups are written (locked).")
 
 
+def _objective_choices(schema: dict[str, Any]) -> None:
+    """``trainer.loss``'s choices in the JSON schema (the config form's and edits' enum), read when it is made."""
+    schema["enum"] = list(objective_names())
+
+
 class TrainerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -133,7 +138,7 @@ class TrainerConfig(BaseModel):
         description="Policy-gradient objective, by Tinker's names: "
         + ", ".join(f"{o.name} ({o.summary})" for o in OBJECTIVES.values())
         + ".",
-        json_schema_extra=lambda schema: schema.update(enum=list(objective_names())),
+        json_schema_extra=_objective_choices,
     )
     loss_type: LossAggregation = Field(
         default="dapo",

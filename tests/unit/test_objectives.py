@@ -125,6 +125,7 @@ def test_a_name_is_registered_once() -> None:
 
 def test_the_tests_objective_is_a_choice_only_once_registered(reinforce: Objective) -> None:
     assert TrainerConfig(loss=reinforce.name).loss == reinforce.name
+    assert TrainerConfig.model_json_schema()["properties"]["loss"]["enum"][-1] == reinforce.name
     del OBJECTIVES[reinforce.name]
     try:
         with pytest.raises(ValidationError, match="test_reinforce"):
