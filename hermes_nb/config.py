@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hermes_nb.errors import ConfigError
+from hermes_nb.objectives import CISPO, OBJECTIVES, objective_names
 from hermes_nb.system.devices import DTypeName, device_syntax_problem
 from hermes_nb.system.home import embedded_base_model_dir, embedded_chat_model_dir
 
@@ -22,7 +23,6 @@ EMBEDDED_BASE_MODEL = "embedded"
 # The shipped Qwen3 chat model with a tool-calling template (agent environments; docs/chat_model.md).
 EMBEDDED_CHAT_MODEL = "embedded-chat"
 
-LossName = Literal["importance_sampling", "ppo", "cispo"]
 # How per-token losses become the batch's loss, by TRL's names (GRPOConfig.loss_type); hermes_nb.trainer.losses.
 LossAggregation = Literal["dapo", "bnpo", "grpo", "dr_grpo"]
 ImportanceSamplingLevel = Literal["token", "sequence"]
@@ -113,6 +113,11 @@ class BaseEnvConfig(BaseModel):
     data_path_to_save_groups: str | None = Field(default=None, description="Where groups are written (locked).")
 
 
+def _objective_choices(schema: dict[str, Any]) -> None:
+    """``trainer.loss``'s choices in the JSON schema (the config form's and edits' enum), read when it is made."""
+    schema["enum"] = list(objective_names())
+
+
 class TrainerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -126,12 +131,14 @@ class TrainerConfig(BaseModel):
     )
     learning_rate: float = Field(default=4e-5, gt=0, le=1.0, description="Adam learning rate.")
     lora_rank: int = Field(default=0, ge=0, le=1024, description="LoRA rank; 0 = full fine-tune (local backend).")
-    loss: LossName = Field(
+    # An objective's name in hermes_nb.objectives' table (checked below, listed as the schema's choices): one
+    # registered from outside is a choice too.
+    loss: str = Field(
         default="importance_sampling",
-        description=(
-            "Policy-gradient objective, by Tinker's names: importance_sampling (REINFORCE with the importance ratio), "
-            "ppo (the clipped surrogate of PPO/GRPO), cispo (clipped, detached importance weights; MiniMax-M1)."
-        ),
+        description="Policy-gradient objective, by Tinker's names: "
+        + ", ".join(f"{o.name} ({o.summary})" for o in OBJECTIVES.values())
+        + ".",
+        json_schema_extra=_objective_choices,
     )
     loss_type: LossAggregation = Field(
         default="dapo",
@@ -151,7 +158,8 @@ class TrainerConfig(BaseModel):
         default=None,
         gt=0,
         description="Upper clip range of ppo, ratio <= 1 + epsilon_high (DAPO's clip-higher: 0.28); cispo's cap on "
-        "the importance weight (ScaleRL: 5.0). None: epsilon (ppo), 5.0 (cispo).",
+        f"the importance weight (ScaleRL: {CISPO.default_epsilon_high}). None: epsilon (ppo), "
+        f"{CISPO.default_epsilon_high} (cispo).",
     )
     scale_rewards: RewardScaling = Field(
         default="group",
@@ -312,6 +320,13 @@ class TrainerConfig(BaseModel):
             self.__dict__[name] = before
             raise
 
+    @field_validator("loss")
+    @classmethod
+    def _registered_objective(cls, value: str) -> str:
+        if value not in OBJECTIVES:
+            raise ValueError(f"{value!r} is not an objective; expected one of {', '.join(OBJECTIVES)}")
+        return value
+
     @field_validator("external_api_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
@@ -326,10 +341,11 @@ class TrainerConfig(BaseModel):
 
 def trainer_combination_problem(trainer: TrainerConfig) -> str | None:
     """Why two trainer fields that are each valid mean nothing together, naming both; None when they fit."""
-    if trainer.epsilon_high is not None and trainer.loss == "importance_sampling":
+    if trainer.epsilon_high is not None and OBJECTIVES[trainer.loss].clips is None:
+        clipping = " or ".join(name for name, o in OBJECTIVES.items() if o.clips is not None)
         return (
-            "trainer.epsilon_high is a clip range, and trainer.loss: importance_sampling does not clip: "
-            "use loss ppo or cispo, or leave epsilon_high unset"
+            f"trainer.epsilon_high is a clip range, and trainer.loss: {trainer.loss} does not clip: "
+            f"use loss {clipping}, or leave epsilon_high unset"
         )
     if trainer.reference_model is not None and trainer.beta == 0:
         return "trainer.reference_model is the reference of the KL penalty, and trainer.beta is 0: set beta > 0"

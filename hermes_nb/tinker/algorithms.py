@@ -7,8 +7,9 @@ inside the server's loss does not: Tinker computes its own losses by name and su
 (``hermes_nb.tinker.datums`` scales the advantages to hermes-nb's token-mean, which is ``dapo``/``bnpo``), and
 SkyRL 0.3.0, the self-hosted server this is tested against, wires only ``cross_entropy`` and
 ``importance_sampling`` (and ``ppo`` where the hosted service serves it). So these are refused, naming the field
-and the server: another aggregation, the sequence-level ratio (GSPO), ``cispo``, the mismatch correction (it needs
-a ratio of the trainer's to the sampler's logprobs inside the loss). The KL penalty goes the way tinker-cookbook
+and the server: an objective whose definition does not name the Tinker backend (``hermes_nb.objectives``), another
+aggregation, the sequence-level ratio (GSPO), the mismatch correction (it needs a ratio of the trainer's to the
+sampler's logprobs inside the loss). The KL penalty goes the way tinker-cookbook
 takes it: the base model's ``compute_logprobs`` (a sampling client of the server's) folded into the advantages as
 a k1 penalty, so ``kl_estimator`` must be k1 there and the reference is the base model.
 """
@@ -16,9 +17,8 @@ a k1 penalty, so ``kl_estimator`` must be k1 there and the reference is the base
 from __future__ import annotations
 
 from hermes_nb.config import TrainerConfig
+from hermes_nb.objectives import OBJECTIVES, TINKER, objective_names
 
-# The losses this route sends to Tinker by name (``TrainingClient.forward_backward(loss_fn=...)``).
-TINKER_LOSSES = ("importance_sampling", "ppo")
 # The aggregations Tinker's summed loss reproduces with the token-mean scaling of ``hermes_nb.tinker.datums``.
 TINKER_AGGREGATIONS = ("dapo", "bnpo")
 # The KL penalty on Tinker: the base model's compute_logprobs against the sampled tokens' logprobs, folded into the
@@ -29,8 +29,9 @@ TINKER_KL_ESTIMATOR = "k1"
 def tinker_field_problem(trainer: TrainerConfig, server: str) -> str | None:
     """Why ``trainer`` asks for what the Tinker server at ``server`` cannot do, naming the field; None if it fits."""
     where = f"the Tinker server at {server}"
-    if trainer.loss not in TINKER_LOSSES:
-        return f"trainer.loss: {trainer.loss!r} is not a loss {where} is sent; use one of {', '.join(TINKER_LOSSES)}"
+    if TINKER not in OBJECTIVES[trainer.loss].backends:
+        sent = ", ".join(objective_names(TINKER))
+        return f"trainer.loss: {trainer.loss!r} is not a loss {where} is sent; use one of {sent}"
     if trainer.loss_type not in TINKER_AGGREGATIONS:
         return (
             f"trainer.loss_type: {trainer.loss_type!r} cannot be computed by {where}, which sums token losses; "

@@ -25,8 +25,9 @@ import threading
 
 from hermes_nb.protocol.metrics import TRAIN_GROUPS_DROPPED
 from hermes_nb.protocol.trajectory import ScoredDataGroup
-from hermes_nb.trainer.loop import BatchSource, LoopSettings, ReportingSource
+from hermes_nb.trainer.loop import LoopSettings
 from hermes_nb.trainer.replay import carries_signal
+from hermes_nb.trainer.sources import BatchSource, ReportingSource
 
 logger = logging.getLogger(__name__)
 

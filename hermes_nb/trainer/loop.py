@@ -1,12 +1,15 @@
 """The training loop: pull a batch, compute advantages, optimizer steps, log, checkpoint, publish weights.
 
 Every piece is a top-level function so tests drive the real code. ``run_training`` owns the step loop and
-returns why it ended; the process wiring (server, signals, exit codes) is in ``hermes_nb.trainer.main``.
+returns why it ended; the process wiring (server, signals, exit codes) is in ``hermes_nb.trainer.main``. Around
+it: where batches come from (``sources``), a batch into datums (``preparation``), the loss and Adam settings
+(``loss_settings``), a batch's own figures (``step_metrics``), the API registration (``registration``).
 
-A step (``train_step``): advantages by ``trainer.scale_rewards``; truncated completions out of the loss with
+A step (``train_step``): advantages by ``trainer.scale_rewards``; the datums prepared
+(``hermes_nb.trainer.preparation``: truncated completions out of the loss with
 ``trainer.mask_truncated_completions``; the trainer's own logprobs before the first pass into
 ``Datum.old_logprobs_T`` with ``trainer.importance_sampling_cap``, the reference policy's into
-``Datum.reference_logprobs_T`` with ``trainer.beta > 0``; then ``trainer.num_iterations`` passes of
+``Datum.reference_logprobs_T`` with ``trainer.beta > 0``); then ``trainer.num_iterations`` passes of
 ``forward_backward`` + ``optim_step`` on the same data, so the ratio's denominator is the sampling logprobs (or
 ``old_logprobs_T``) on every pass, at the step's learning rate (``hermes_nb.trainer.schedule``). The loss and the
 backend's diagnostics (clip fractions, KL, entropy) are the last pass's; ``train/optimizer_steps`` counts the
@@ -16,48 +19,34 @@ of them had nothing to learn from).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol
 
-from hermes_nb.config import RunConfig, TrainerConfig, base_model_dir
+from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.checkpoints import CheckpointKind
-from hermes_nb.protocol.trajectory import MASK_IGNORE, Registration, ScoredDataGroup
-from hermes_nb.trainer.advantages import group_data, has_signal, population_std, with_batch_advantages
+from hermes_nb.protocol.trajectory import ScoredDataGroup
+from hermes_nb.trainer.advantages import with_batch_advantages
 from hermes_nb.trainer.backend import TrainingBackend
-from hermes_nb.trainer.checkpoints import checkpoint_root, record_batch, save_checkpoint
+from hermes_nb.trainer.checkpoints import record_batch, save_checkpoint
+from hermes_nb.trainer.loss_settings import adam_params, loss_config_for
+from hermes_nb.trainer.preparation import prepare_data
 from hermes_nb.trainer.schedule import learning_rate_at
-from hermes_nb.trainer.types import AdamParams, Datum, LossConfig, SamplerHandle
+from hermes_nb.trainer.sources import BatchSource, ReportingSource, SteppingSource
+from hermes_nb.trainer.step_metrics import batch_score_metrics, batch_shape_metrics, throughput
+from hermes_nb.trainer.types import SamplerHandle
 
 logger = logging.getLogger(__name__)
 
 
+# What run_training writes to besides the backend: its metrics rows, and (Publisher) the weights after each step.
 class MetricsSink(Protocol):
     def log(self, step: int, values: dict[str, float]) -> Any: ...
-
-
-class BatchSource(Protocol):
-    def next_batch(self, stop: threading.Event) -> list[ScoredDataGroup] | None: ...
-
-
-@runtime_checkable
-class ReportingSource(Protocol):
-    """A batch source with metrics about the batch it handed out last (e.g. the replay's share)."""
-
-    def batch_metrics(self) -> dict[str, float]: ...
-
-
-@runtime_checkable
-class SteppingSource(Protocol):
-    """A batch source whose batch can stand for several of the run's steps (dynamic sampling's extra pulls)."""
-
-    def batches_taken(self) -> int: ...
 
 
 # Called after every optimizer step with the new weights and the step that produced them.
@@ -89,150 +78,6 @@ class LoopSettings:
 class LoopOutcome:
     reason: Literal["completed", "stopped"]
     last_step: int
-
-
-def registration_for(settings: LoopSettings, config: RunConfig, start_step: int) -> Registration:
-    return Registration(
-        wandb_group=config.wandb.run_name or "",
-        wandb_project=config.wandb.project,
-        batch_size=settings.batch_size,
-        max_token_len=settings.max_token_len,
-        checkpoint_dir=str(checkpoint_root(config, settings.run_dir)),
-        save_checkpoint_interval=settings.trainer.save_checkpoint_interval,
-        starting_step=start_step,
-        num_steps=settings.total_steps,
-        vocab_size=model_vocab_size(config),
-    )
-
-
-def model_vocab_size(config: RunConfig) -> int | None:
-    """The token-embedding rows of the local backend's model (``vocab_size`` in its ``config.json``), sent with
-    the registration so that the API refuses token ids the trainer could not look up; ``None`` when unknown."""
-    if config.trainer.backend != "local":
-        return None
-    try:
-        declared = json.loads((base_model_dir(config.trainer.base_model) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(declared, dict):
-        return None
-    value = declared.get("vocab_size") or (declared.get("text_config") or {}).get("vocab_size")
-    return value if isinstance(value, int) and value > 0 else None
-
-
-def batch_score_metrics(batch: list[ScoredDataGroup]) -> dict[str, float]:
-    """Of the trained batch (``train/*``, the trainer's alone): reward mean over its sequences, and percent correct =
-    the share of them the environment judged correct (``ScoredDataGroup.verdicts``)."""
-    scores = [s for group in batch for s in group.scores]
-    correct = [v for group in batch for v in group.verdicts()]
-    return {
-        keys.TRAIN_REWARD_MEAN: sum(scores) / len(scores),
-        keys.TRAIN_PERCENT_CORRECT: sum(correct) / len(correct),
-    }
-
-
-def completion_lengths(batch: list[ScoredDataGroup]) -> list[int]:
-    """Completion tokens of each sequence of ``batch``: the trained ones (mask not ``MASK_IGNORE``)."""
-    return [sum(1 for m in mask if m != MASK_IGNORE) for group in batch for mask in group.masks]
-
-
-def batch_shape_metrics(batch: list[ScoredDataGroup], max_token_len: int | None) -> dict[str, float]:
-    """What people watch while comparing algorithms, of the batch as it came: the spread of its scores
-    (population std), completion lengths in tokens, and the share of completions cut off before they ended."""
-    lengths = completion_lengths(batch)
-    values = {
-        keys.TRAIN_REWARD_STD: population_std([s for group in batch for s in group.scores]),
-        keys.TRAIN_COMPLETION_LENGTH: sum(lengths) / len(lengths),
-        keys.TRAIN_COMPLETION_LENGTH_MAX: float(max(lengths)),
-    }
-    if max_token_len is not None:
-        cut = [t for group in batch for t in group.truncations(max_token_len)]
-        values[keys.TRAIN_TRUNCATED_FRACTION] = sum(cut) / len(cut)
-    return values
-
-
-def without_truncated(group: ScoredDataGroup, max_token_len: int) -> ScoredDataGroup:
-    """``group`` with its truncated members' masks all ``MASK_IGNORE`` (weight 0 in the loss). Their scores still
-    count in the group's advantages, as TRL's mask_truncated_completions leaves them."""
-    cut = group.truncations(max_token_len)
-    if not any(cut):
-        return group
-    masks = [[MASK_IGNORE] * len(m) if c else m for m, c in zip(group.masks, cut, strict=True)]
-    return group.model_copy(update={"masks": masks})
-
-
-def trainable_data(batch: list[ScoredDataGroup]) -> tuple[list[Datum], list[int]]:
-    """Datums that carry a learning signal, and the indices of those sent without sampling logprobs."""
-    data: list[Datum] = []
-    missing: list[int] = []
-    for group in batch:
-        group_datums, has_logprobs = group_data(group)
-        for datum, sent in zip(group_datums, has_logprobs, strict=True):
-            if not has_signal(datum):
-                continue  # zero advantage everywhere: no gradient under either loss, only compute
-            if not sent:
-                missing.append(len(data))
-            data.append(datum)
-    return data, missing
-
-
-def prepare_data(
-    backend: TrainingBackend,
-    batch: list[ScoredDataGroup],
-    trainer: TrainerConfig | None = None,
-    max_token_len: int | None = None,
-) -> list[Datum]:
-    """Datums that carry a learning signal; missing sampling logprobs come from the current policy (on-policy,
-    so the importance ratio starts at 1). ``trainer`` adds what its fields ask for (the module doc)."""
-    trainer = trainer or TrainerConfig()
-    if trainer.mask_truncated_completions and max_token_len is not None:
-        batch = [without_truncated(group, max_token_len) for group in batch]
-    data, missing = trainable_data(batch)
-    if not data:
-        return data
-    needs_current = trainer.importance_sampling_cap is not None
-    if missing or needs_current:
-        # One forward for both: the same weights give the on-policy sampling logprobs and the "old" ones.
-        asked = list(range(len(data))) if needs_current else missing
-        current = dict(zip(asked, backend.forward([data[i] for i in asked]), strict=True))
-        for i in missing:
-            data[i] = data[i].model_copy(update={"sampling_logprobs_T": current[i]})
-        if needs_current:
-            data = [d.model_copy(update={"old_logprobs_T": current[i]}) for i, d in enumerate(data)]
-    if trainer.beta > 0:
-        reference = backend.reference_forward(data)
-        data = [d.model_copy(update={"reference_logprobs_T": r}) for d, r in zip(data, reference, strict=True)]
-    return data
-
-
-# cispo's cap of the importance weight when trainer.epsilon_high is unset (ScaleRL's recommendation).
-CISPO_DEFAULT_CAP = 5.0
-
-
-def loss_config_for(trainer: TrainerConfig, max_completion_length: int) -> LossConfig:
-    """The loss settings of ``trainer`` (``max_completion_length``: the run's max_token_length, dr_grpo's constant)."""
-    high = trainer.epsilon_high
-    if high is None:
-        high = CISPO_DEFAULT_CAP if trainer.loss == "cispo" else trainer.epsilon
-    return LossConfig(
-        clip_epsilon_low=trainer.epsilon,
-        clip_epsilon_high=high,
-        loss_type=trainer.loss_type,
-        importance_sampling_level=trainer.importance_sampling_level,
-        beta=trainer.beta,
-        kl_estimator=trainer.kl_estimator,
-        importance_sampling_cap=trainer.importance_sampling_cap,
-        max_completion_length=max_completion_length,
-    )
-
-
-def adam_params(trainer: TrainerConfig, learning_rate: float | None = None) -> AdamParams:
-    """The step's Adam settings; ``learning_rate``: the schedule's rate of the step (None: ``trainer``'s)."""
-    return AdamParams(
-        learning_rate=trainer.learning_rate if learning_rate is None else learning_rate,
-        weight_decay=trainer.weight_decay,
-        max_grad_norm=trainer.max_grad_norm,
-    )
 
 
 def train_step(
@@ -271,17 +116,6 @@ def train_step(
     values.update({keys.train_key(k): v for k, v in output.metrics.items()})
     values.update({keys.train_key(k): v for k, v in step.metrics.items() if k != "learning_rate"})
     return values
-
-
-def throughput(batch: list[ScoredDataGroup], step_seconds: float) -> dict[str, float]:
-    sequences = sum(len(g.tokens) for g in batch)
-    tokens = sum(len(t) for g in batch for t in g.tokens)
-    seconds = max(step_seconds, 1e-9)
-    return {
-        keys.TRAIN_STEP_SECONDS: step_seconds,
-        keys.TRAIN_SEQUENCES_PER_SECOND: sequences / seconds,
-        keys.TRAIN_TOKENS_PER_SECOND: tokens / seconds,
-    }
 
 
 def checkpoint_kind(step: int, settings: LoopSettings, previous: int | None = None) -> CheckpointKind | None:

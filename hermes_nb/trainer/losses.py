@@ -1,18 +1,12 @@
-"""Policy-gradient losses: Tinker's objectives by name, aggregated and regularised as TRL's ``GRPOTrainer`` does.
+"""Policy-gradient losses: the objectives of ``hermes_nb.objectives`` (Tinker's names), with what they all share,
+aggregated and regularised as TRL's ``GRPOTrainer`` does.
 
 Every term is per token, on the positions a datum trains on (``weights_T > 0``), with the importance ratio
 ``ratio = exp(logp_current - logp_old)``. ``logp_old`` is the sampling policy's logprob (``sampling_logprobs_T``),
 or the trainer's own before the step (``old_logprobs_T``) when the sampler/trainer mismatch is corrected (below).
-
-Objectives (``loss_fn``; ``A`` the advantage):
-
-- ``importance_sampling``: ``-(ratio * A)``, the REINFORCE gradient corrected for the sampling policy being a
-  step (or a temperature) away from the current one (Tinker's).
-- ``ppo``: ``-min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon_high) * A)``: PPO's clipped surrogate as GRPO
-  uses it (DeepSeekMath); ``epsilon_high > epsilon`` is DAPO's clip-higher.
-- ``cispo``: ``-(min(ratio, epsilon_high).detach() * A * logp_current)`` (MiniMax-M1): the importance weight is
-  capped and carries no gradient, so no token's gradient is clipped away. TRL's form; Tinker's ``cispo`` clips
-  the weight on both sides to ``[1 - eps_low, 1 + eps_high]``.
+The objective (``loss_fn``) turns the ratio, the advantage and the current logprob into its surrogate, whose
+negative is the token's loss; each one's formula is in its definition (``importance_sampling``, ``ppo``,
+``cispo``).
 
 Modifiers (``LossConfig``):
 
@@ -35,10 +29,9 @@ over tokens instead (its service fixes the aggregation). Every sequence of the b
 
 ``policy_loss_sum`` returns *sums* over a (micro-)batch: the caller divides them once, by
 ``loss_normaliser`` of the whole batch, which keeps micro-batched gradient accumulation and a packed batch (one
-row standing for ``counts_B`` identical sequences) exact. The diagnostics are TRL's: the clip fractions low
-(``ratio < 1 - epsilon`` and ``A < 0``) and high (``ratio > 1 + epsilon_high`` and ``A > 0``; cispo:
-``ratio > epsilon_high``), over tokens (over sequences at sequence level), the mean KL to the reference, and the
-policy's mean entropy at the trained positions.
+row standing for ``counts_B`` identical sequences) exact. The diagnostics are TRL's: the clip fractions low and
+high where the objective says it clipped (``Surrogate``), over tokens (over sequences at sequence level), the mean
+KL to the reference, and the policy's mean entropy at the trained positions.
 """
 
 from __future__ import annotations
@@ -46,12 +39,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+from hermes_nb.objectives import Surrogate, SurrogateInputs, objective
 from hermes_nb.trainer.types import LossConfig
 
 if TYPE_CHECKING:
     import torch
 
-LOSS_NAMES = ("importance_sampling", "ppo", "cispo")
 # The entropy metric is computed in slices of this many logits (16 MB of float32).
 ENTROPY_CHUNK_ELEMENTS = 1 << 22
 
@@ -151,6 +144,102 @@ def _needed(tensor: torch.Tensor | None, field: str, why: str) -> torch.Tensor:
     return tensor
 
 
+@dataclass(frozen=True)
+class _Positions:
+    """Which positions of a ``[B, T]`` batch train, and how many sequences and tokens each row stands for."""
+
+    trained_BT: torch.Tensor
+    # Each trained position's count: the number of identical sequences its row stands for.
+    multiplicity_BT: torch.Tensor
+    counts_B: torch.Tensor
+    tokens_B: torch.Tensor
+
+
+def _positions(weights_BT: torch.Tensor, dtype: torch.dtype, counts_B: torch.Tensor | None) -> _Positions:
+    import torch
+
+    trained = weights_BT > 0
+    counts = counts_B if counts_B is not None else torch.ones(trained.shape[0], dtype=dtype, device=trained.device)
+    multiplicity_BT = trained.to(dtype)
+    if counts_B is not None:
+        multiplicity_BT = multiplicity_BT * counts_B[:, None]
+    return _Positions(trained, multiplicity_BT, counts, trained.sum(-1).clamp(min=1).to(dtype))
+
+
+def _log_ratio(logprobs_BT: torch.Tensor, denominator_BT: torch.Tensor, at: _Positions) -> torch.Tensor:
+    """``log(current / denominator)`` per position; 0 where nothing is trained."""
+    import torch
+
+    # Untrained positions carry placeholder logprobs (1.0 on the wire); zero every difference there so exp()
+    # never sees garbage and no gradient flows through them.
+    return torch.where(at.trained_BT, logprobs_BT - denominator_BT, torch.zeros_like(logprobs_BT))
+
+
+def _ratio(log_ratio_BT: torch.Tensor, at: _Positions, config: LossConfig) -> torch.Tensor:
+    """The importance ratio at the config's level: per token, or GSPO's per sequence."""
+    import torch
+
+    if config.importance_sampling_level == "sequence":
+        # [B] mean log-ratio of each sequence's trained tokens, shared by its [B, T] positions.
+        log_ratio_BT = (log_ratio_BT.sum(-1) / at.tokens_B)[:, None].expand_as(log_ratio_BT)
+    return torch.exp(log_ratio_BT)
+
+
+def _truncation_weight(
+    old_BT: torch.Tensor | None, sampling_BT: torch.Tensor, at: _Positions, cap: float
+) -> torch.Tensor:
+    import torch
+
+    zeros = torch.zeros_like(sampling_BT)
+    old = torch.where(at.trained_BT, _needed(old_BT, "old_logprobs_T", "importance_sampling_cap"), zeros)
+    return truncated_importance_weight(old, torch.where(at.trained_BT, sampling_BT, zeros), cap)
+
+
+def _aggregate(per_token_BT: torch.Tensor, at: _Positions, config: LossConfig, counted: bool) -> torch.Tensor:
+    """The per-token losses summed as ``config.loss_type`` asks (``counted``: rows stand for several sequences)."""
+    if config.loss_type == "grpo":
+        return ((per_token_BT.sum(-1) / at.tokens_B) * at.counts_B).sum()
+    if counted:
+        per_token_BT = per_token_BT * at.counts_B[:, None]
+    return per_token_BT.sum()
+
+
+def _clipped(mask_BT: torch.Tensor | None, at: _Positions, config: LossConfig) -> float:
+    if mask_BT is None:
+        return 0.0
+    if config.importance_sampling_level == "sequence":
+        # TRL counts a sequence-level clip once per sequence (its ratio is one per sequence).
+        return float((((mask_BT & at.trained_BT).sum(-1) / at.tokens_B) * at.counts_B).sum())
+    return float((mask_BT.to(at.multiplicity_BT.dtype) * at.multiplicity_BT).sum())
+
+
+def _weighted_sum(values_BT: torch.Tensor | None, at: _Positions) -> float:
+    return float((values_BT * at.multiplicity_BT).sum()) if values_BT is not None else 0.0
+
+
+def _stats(
+    surrogate: Surrogate,
+    ratio_BT: torch.Tensor,
+    sample_log_ratio_BT: torch.Tensor,
+    at: _Positions,
+    config: LossConfig,
+    kl_BT: torch.Tensor | None,
+    entropy_BT: torch.Tensor | None,
+) -> LossStats:
+    sequence_level = config.importance_sampling_level == "sequence"
+    return LossStats(
+        tokens=float(at.multiplicity_BT.sum()),
+        sequences=float(at.counts_B.sum()),
+        ratio=_weighted_sum(ratio_BT, at),
+        log_ratio=_weighted_sum(sample_log_ratio_BT, at),
+        clipped_low=_clipped(surrogate.clipped_low_BT, at, config),
+        clipped_high=_clipped(surrogate.clipped_high_BT, at, config),
+        clip_units=float(at.counts_B.sum()) if sequence_level else float(at.multiplicity_BT.sum()),
+        kl=_weighted_sum(kl_BT, at),
+        entropy=_weighted_sum(entropy_BT, at),
+    )
+
+
 def policy_loss_sum(
     loss_fn: str,
     logprobs_BT: torch.Tensor,
@@ -164,88 +253,36 @@ def policy_loss_sum(
     reference_logprobs_BT: torch.Tensor | None = None,
     entropy_BT: torch.Tensor | None = None,
 ) -> LossSums:
-    """The summed loss of ``loss_fn`` over positions with ``weights_BT > 0`` (all tensors ``[B, T]``), and its
-    diagnostics. ``counts_B`` says how many identical sequences each row stands for (a packed batch); default one
-    each. ``old_logprobs_BT`` is read when ``config.importance_sampling_cap`` is set, ``reference_logprobs_BT``
-    when ``config.beta > 0``; ``entropy_BT`` (the policy's entropy per position, no grad) only feeds its metric."""
+    """The summed loss of the objective ``loss_fn`` (``hermes_nb.objectives``) over positions with
+    ``weights_BT > 0`` (all tensors ``[B, T]``), and its diagnostics. ``counts_B`` says how many identical sequences
+    each row stands for (a packed batch); default one each. ``old_logprobs_BT`` is read when
+    ``config.importance_sampling_cap`` is set, ``reference_logprobs_BT`` when ``config.beta > 0``; ``entropy_BT``
+    (the policy's entropy per position, no grad) only feeds its metric."""
     import torch
 
-    if loss_fn not in LOSS_NAMES:
-        raise ValueError(f"loss_fn: {loss_fn!r} is not one of {', '.join(LOSS_NAMES)}")
+    chosen = objective(loss_fn)
     config = config or LossConfig()
-    trained = weights_BT > 0
-    dtype = logprobs_BT.dtype
-    counts = counts_B if counts_B is not None else torch.ones(logprobs_BT.shape[0], dtype=dtype, device=trained.device)
-    multiplicity_BT = trained.to(dtype)
-    if counts_B is not None:
-        multiplicity_BT = multiplicity_BT * counts_B[:, None]
-    zeros = torch.zeros_like(logprobs_BT)
-    # Untrained positions carry placeholder logprobs (1.0 on the wire); zero every difference there so exp()
-    # never sees garbage and no gradient flows through them.
-    sample_log_ratio = torch.where(trained, logprobs_BT - sampling_logprobs_BT, zeros)
+    at = _positions(weights_BT, logprobs_BT.dtype, counts_B)
+    sample_log_ratio = _log_ratio(logprobs_BT, sampling_logprobs_BT, at)
     cap = config.importance_sampling_cap
-    if cap is None:
-        log_ratio = sample_log_ratio
-    else:
-        log_ratio = torch.where(
-            trained, logprobs_BT - _needed(old_logprobs_BT, "old_logprobs_T", "importance_sampling_cap"), zeros
-        )
-    tokens_B = trained.sum(-1).clamp(min=1).to(dtype)
-    if config.importance_sampling_level == "sequence":
-        log_ratio = (log_ratio.sum(-1) / tokens_B)[:, None].expand_as(log_ratio)
-    ratio = torch.exp(log_ratio)
-
-    if loss_fn == "cispo":
-        surrogate = torch.clamp(ratio, max=config.clip_epsilon_high).detach() * advantages_BT * logprobs_BT
-        low = torch.zeros_like(trained)
-        high = (ratio > config.clip_epsilon_high) & (advantages_BT > 0)
-    else:
-        surrogate = ratio * advantages_BT
-        low = high = torch.zeros_like(trained)
-        if loss_fn == "ppo":
-            clipped_ratio = torch.clamp(ratio, 1.0 - config.clip_epsilon_low, 1.0 + config.clip_epsilon_high)
-            surrogate = torch.minimum(surrogate, clipped_ratio * advantages_BT)
-            low = (ratio < 1.0 - config.clip_epsilon_low) & (advantages_BT < 0)
-            high = (ratio > 1.0 + config.clip_epsilon_high) & (advantages_BT > 0)
-    per_token = -surrogate
+    log_ratio = sample_log_ratio
     if cap is not None:
-        old = torch.where(trained, _needed(old_logprobs_BT, "old_logprobs_T", "importance_sampling_cap"), zeros)
-        per_token = per_token * truncated_importance_weight(old, torch.where(trained, sampling_logprobs_BT, zeros), cap)
+        log_ratio = _log_ratio(logprobs_BT, _needed(old_logprobs_BT, "old_logprobs_T", "importance_sampling_cap"), at)
+    ratio = _ratio(log_ratio, at, config)
+    surrogate = chosen.surrogate(
+        SurrogateInputs(ratio, advantages_BT, logprobs_BT, config.clip_epsilon_low, config.clip_epsilon_high)
+    )
+    per_token = -surrogate.value_BT
+    if cap is not None:
+        per_token = per_token * _truncation_weight(old_logprobs_BT, sampling_logprobs_BT, at, cap)
     kl: torch.Tensor | None = None
     if config.beta > 0:
         reference = _needed(reference_logprobs_BT, "reference_logprobs_T", "beta > 0 (the KL penalty)")
-        kl = kl_estimate(logprobs_BT, torch.where(trained, reference, logprobs_BT.detach()), config.kl_estimator)
+        kl = kl_estimate(logprobs_BT, torch.where(at.trained_BT, reference, logprobs_BT.detach()), config.kl_estimator)
         per_token = per_token + config.beta * kl
-    per_token = per_token * weights_BT
-
-    if config.loss_type == "grpo":
-        loss = ((per_token.sum(-1) / tokens_B) * counts).sum()
-    else:
-        if counts_B is not None:
-            per_token = per_token * counts_B[:, None]
-        loss = per_token.sum()
-
+    loss = _aggregate(per_token * weights_BT, at, config, counts_B is not None)
     with torch.no_grad():
-        if config.importance_sampling_level == "sequence":
-            # TRL counts a sequence-level clip once per sequence (its ratio is one per sequence).
-            clipped_low = float((((low & trained).sum(-1) / tokens_B) * counts).sum())
-            clipped_high = float((((high & trained).sum(-1) / tokens_B) * counts).sum())
-            clip_units = float(counts.sum())
-        else:
-            clipped_low = float((low.to(dtype) * multiplicity_BT).sum())
-            clipped_high = float((high.to(dtype) * multiplicity_BT).sum())
-            clip_units = float(multiplicity_BT.sum())
-        stats = LossStats(
-            tokens=float(multiplicity_BT.sum()),
-            sequences=float(counts.sum()),
-            ratio=float((ratio * multiplicity_BT).sum()),
-            log_ratio=float((sample_log_ratio * multiplicity_BT).sum()),
-            clipped_low=clipped_low,
-            clipped_high=clipped_high,
-            clip_units=clip_units,
-            kl=float((kl * multiplicity_BT).sum()) if kl is not None else 0.0,
-            entropy=float((entropy_BT * multiplicity_BT).sum()) if entropy_BT is not None else 0.0,
-        )
+        stats = _stats(surrogate, ratio, sample_log_ratio, at, config, kl, entropy_BT)
     return LossSums(loss, stats)
 
 

@@ -156,7 +156,8 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event, parts: BackendP
 
     from hermes_nb.inference.engine import Policy
     from hermes_nb.trainer.dynamic_sampling import with_dynamic_sampling
-    from hermes_nb.trainer.loop import LoopSettings, registration_for, run_training
+    from hermes_nb.trainer.loop import LoopSettings, run_training
+    from hermes_nb.trainer.registration import registration_for
     from hermes_nb.trainer.replay import with_replay
     from hermes_nb.trainer.types import SamplerHandle
     from hermes_nb.trajectory_api.client import SyncTrajectoryClient

@@ -31,7 +31,7 @@ from hermes_nb.protocol.metrics import TRAIN_REPLAY_FRACTION
 from hermes_nb.protocol.recorded_batches import read_trajectories
 from hermes_nb.protocol.trajectory import ScoredDataGroup, scores_carry_signal
 from hermes_nb.trainer.advantages import ZERO_OVERRIDE
-from hermes_nb.trainer.loop import BatchSource
+from hermes_nb.trainer.sources import BatchSource
 
 logger = logging.getLogger(__name__)
 

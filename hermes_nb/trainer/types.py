@@ -55,13 +55,13 @@ class Datum(BaseModel):
 
 class LossConfig(BaseModel):
     """How ``hermes_nb.trainer.losses`` turns a batch into a loss: the trainer fields of the same names
-    (``hermes_nb.config.TrainerConfig``, built by ``loss_config_for``). Tinker's own service fixes ppo's clip range
-    at 0.2 and aggregates by sum."""
+    (``hermes_nb.config.TrainerConfig``, built by ``hermes_nb.trainer.loss_settings.loss_config_for``). Tinker's
+    own service fixes ppo's clip range at 0.2 and aggregates by sum."""
 
     model_config = ConfigDict(frozen=True)
 
     clip_epsilon_low: float = Field(default=0.2, gt=0, lt=1)
-    # ppo: the upper clip range; cispo: the cap of the importance weight.
+    # The objective's upper clip range (ppo) or cap (cispo): hermes_nb.objectives.
     clip_epsilon_high: float = Field(default=0.2, gt=0)
     loss_type: Literal["dapo", "bnpo", "grpo", "dr_grpo"] = "dapo"
     importance_sampling_level: Literal["token", "sequence"] = "token"

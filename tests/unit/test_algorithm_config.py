@@ -7,7 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 from hermes_nb.config import ALGORITHM_FIELDS, TrainerConfig
-from hermes_nb.trainer.loop import CISPO_DEFAULT_CAP, loss_config_for
+from hermes_nb.objectives import CISPO
+from hermes_nb.trainer.loss_settings import loss_config_for
 
 
 def test_every_algorithm_field_is_a_described_trainer_field() -> None:
@@ -28,7 +29,7 @@ def test_the_default_trains_as_before() -> None:
 
 def test_clip_higher_and_cispo_caps_reach_the_loss() -> None:
     assert loss_config_for(TrainerConfig(loss="ppo", epsilon_high=0.28), 64).clip_epsilon_high == 0.28
-    assert loss_config_for(TrainerConfig(loss="cispo"), 64).clip_epsilon_high == CISPO_DEFAULT_CAP
+    assert loss_config_for(TrainerConfig(loss="cispo"), 64).clip_epsilon_high == CISPO.default_epsilon_high == 5.0
     assert loss_config_for(TrainerConfig(loss="ppo", epsilon=0.1), 64).clip_epsilon_high == 0.1
 
 

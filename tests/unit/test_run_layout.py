@@ -22,7 +22,8 @@ from hermes_nb.system import home
 from hermes_nb.system.home import run_paths
 from hermes_nb.trainer.backend import model_dir_for
 from hermes_nb.trainer.checkpoints import checkpoint_root
-from hermes_nb.trainer.loop import LoopSettings, registration_for
+from hermes_nb.trainer.loop import LoopSettings
+from hermes_nb.trainer.registration import registration_for
 
 RUN_ID = "20260101-000000-aaaaaaaaaa"
 ENVIRONMENT = EnvironmentRef(
