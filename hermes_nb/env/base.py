@@ -1,8 +1,8 @@
 """``BaseEnv``: the contract an environment author implements, shaped like ``atroposlib.envs.base.BaseEnv``.
 
 An environment hands out items (``get_next_item``), turns one item into a scored group of ``group_size``
-completions (``collect_trajectories``), and reports held-out accuracy (``evaluate``). The runtime in
-``hermes_nb.env_runtime.loop`` drives it: ``serve`` (talk to the trajectory API during a run), ``process`` (write
+completions (``collect_trajectories``), and reports held-out accuracy (``evaluate``). The host in
+``hermes_nb.env_host.loop`` drives it: ``serve`` (talk to the trajectory API during a run), ``process`` (write
 groups to a JSONL without an API, for inspection) and ``evaluate``.
 
 The scoring convention: reward ``1.0`` for a correct completion and ``0.0`` otherwise unless the task has
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from hermes_nb.env.inference_client import ServerManager
 
 
-# The command an environment's ``cli()`` hands over to: its runtime, named as a process runs it, not imported.
-RUNTIME_MODULE = "hermes_nb.env_runtime"
+# The command an environment's ``cli()`` hands over to: its host, named as a process runs it, not imported.
+RUNTIME_MODULE = "hermes_nb.env_host"
 
 
 class BaseEnv(ABC):
@@ -144,9 +144,9 @@ class BaseEnv(ABC):
     @classmethod
     def cli(cls) -> None:
         """Command line for this environment (``python my_env.py serve --config run.yaml``): the ``serve``,
-        ``process`` and ``evaluate`` subcommands of ``python -m hermes_nb.env_runtime``, given this class's file.
+        ``process`` and ``evaluate`` subcommands of ``python -m hermes_nb.env_host``, given this class's file.
 
-        The process becomes that command (``os.execv``, same pid): the environment's runtime sits above this
+        The process becomes that command (``os.execv``, same pid): the environment's host sits above this
         contract, which never imports it; the class is loaded from its file again, as a run loads it."""
         source = inspect.getsourcefile(cls)
         if source is None:

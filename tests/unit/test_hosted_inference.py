@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from env_runtime_fakes import trajectory_api_process
+from env_host_fakes import trajectory_api_process
 from fake_provider import (
     CHAT_ONLY,
     EMPTY,

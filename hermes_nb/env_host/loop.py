@@ -6,7 +6,7 @@ trainer), then poll ``/status-env`` and keep up to ``max_num_workers`` groups in
 workers while the API's queue already holds ``max_batches_offpolicy`` batches (back-pressure, so the policy that
 sampled a group is never far behind the one trained on it), evaluates before training, every
 ``steps_per_eval`` trainer steps and at the end, and exits when the trainer's step reaches ``total_steps``.
-A worker's fault (it raised, its group is malformed, it timed out) skips that group; ``hermes_nb.env_runtime.faults``
+A worker's fault (it raised, its group is malformed, it timed out) skips that group; ``hermes_nb.env_host.faults``
 says how each is counted and when the run is ended for them.
 """
 
@@ -28,10 +28,10 @@ from hermes_nb.config import RunConfig
 from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.inference_client import InferenceError
 from hermes_nb.env.types import Item
-from hermes_nb.env_runtime import faults
-from hermes_nb.env_runtime.process_command import ProcessSummary, process
-from hermes_nb.env_runtime.stats import GroupStats
-from hermes_nb.env_runtime.trajectory_link import TrajectoryAPIError, TrajectoryLink
+from hermes_nb.env_host import faults
+from hermes_nb.env_host.process_command import ProcessSummary, process
+from hermes_nb.env_host.stats import GroupStats
+from hermes_nb.env_host.trajectory_link import TrajectoryAPIError, TrajectoryLink
 from hermes_nb.errors import EnvironmentGone
 from hermes_nb.metrics.logger import MetricsLogger, WandbRunSettings, resolve_wandb_mode
 from hermes_nb.protocol.metrics import ENV_QUEUE_SIZE, EVAL_SECONDS

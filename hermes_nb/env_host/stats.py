@@ -1,4 +1,4 @@
-"""What the environment runtime counts between two metric rows (its keys are in ``hermes_nb.protocol.metrics``)."""
+"""What the environment host counts between two metric rows (its keys are in ``hermes_nb.protocol.metrics``)."""
 
 from __future__ import annotations
 

@@ -26,11 +26,11 @@ from pydantic import ValidationError
 
 from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.types import Item
-from hermes_nb.env_runtime.stats import GroupStats
-from hermes_nb.env_runtime.trajectory_link import TrajectoryAPIError
+from hermes_nb.env_host.stats import GroupStats
+from hermes_nb.env_host.trajectory_link import TrajectoryAPIError
 from hermes_nb.protocol.trajectory import ScoredDataGroup, malformed_reason
 
-logger = logging.getLogger("hermes_nb.env_runtime.loop")
+logger = logging.getLogger("hermes_nb.env_host.loop")
 
 # An item is logged with each fault; a long prompt is cut to this many characters of its repr.
 ITEM_REPR_CHARS = 300
