@@ -8,7 +8,7 @@ groups to a JSONL without an API, for inspection) and ``evaluate``.
 The scoring convention: reward ``1.0`` for a correct completion and ``0.0`` otherwise unless the task has
 partial credit. Whether a completion is correct is the environment's verdict, decided once per completion by
 ``is_correct`` (by default full marks, ``score >= 1.0``) and counted the same everywhere: ``scored_group`` sends
-it with the group, where the runtime counts it for ``env/percent_correct`` (every completion sampled), the
+it with the group, where the host counts it for ``env/percent_correct`` (every completion sampled), the
 trainer for ``train/percent_correct`` (the trained batch) and ``rl_test_inference`` for its accuracy. A group that
 states no verdict, as from an environment written against atroposlib, is judged by its scores
 (``hermes_nb.protocol.trajectory.score_is_correct``).
@@ -66,7 +66,7 @@ class BaseEnv(ABC):
             self.server_configs, tokenizer_name=getattr(config, "tokenizer_name", None)
         )
         self.testing = testing
-        # The completions of groups scored_group dropped (equal scores): never sent, yet sampled, so the runtime
+        # The completions of groups scored_group dropped (equal scores): never sent, yet sampled, so the host
         # counts them with the groups it was handed (take_dropped) for env/reward_mean and env/percent_correct.
         self.dropped_scores: list[float] = []
         self.dropped_correct: list[bool] = []
@@ -107,10 +107,10 @@ class BaseEnv(ABC):
     ) -> ScoredDataGroup | None:
         """The group to return from ``collect_trajectories``, carrying this environment's verdict on each completion.
 
-        ``correct`` defaults to ``is_correct`` of each score. The verdicts are sent with the group, so the runtime,
+        ``correct`` defaults to ``is_correct`` of each score. The verdicts are sent with the group, so the host,
         the trainer and ``rl_test_inference`` count the same completions as correct. ``None`` (skip) when
         ``ensure_scores_are_not_same`` and every score is equal; its scores and verdicts are kept for the
-        runtime's ``env/*`` counts (``take_dropped``). A member is a sampled completion, or a multi-turn episode's
+        host's ``env/*`` counts (``take_dropped``). A member is a sampled completion, or a multi-turn episode's
         ``TrainedSequence`` (``hermes_nb.env.scoring``).
         """
         correct_G = list(correct) if correct is not None else [self.is_correct(s) for s in scores]
@@ -137,7 +137,7 @@ class BaseEnv(ABC):
         return {}
 
     async def wandb_log(self, wandb_metrics: dict[str, float] | None = None) -> dict[str, float]:
-        """Add this environment's own metrics to ``wandb_metrics``; the runtime writes them to W&B and JSONL next
+        """Add this environment's own metrics to ``wandb_metrics``; the host writes them to W&B and JSONL next
         to what it counts itself (``env/reward_mean``, ``env/percent_correct``, the groups' fate)."""
         return dict(wandb_metrics or {})
 

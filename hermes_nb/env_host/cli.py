@@ -89,19 +89,19 @@ def _server_overrides(args: argparse.Namespace) -> dict[str, str]:
 
 
 async def _dispatch(args: argparse.Namespace, env: BaseEnv) -> int:
-    from hermes_nb.env_host import loop as runtime
+    from hermes_nb.env_host import loop
 
     if args.command == "serve":
-        outcome = await runtime.serve(env, args.run_config)
+        outcome = await loop.serve(env, args.run_config)
         logger.info("environment %s at step %d (%d groups posted)", outcome.status, outcome.step,
                     outcome.groups_posted)  # fmt: skip
         return outcome.exit_code
     try:
         if args.command == "process":
-            summary = await runtime.process(env, args.num_groups, args.output)
+            summary = await loop.process(env, args.num_groups, args.output)
             print(summary.model_dump_json(indent=1))
         else:
-            print(json.dumps(await runtime.evaluate_once(env), indent=1))
+            print(json.dumps(await loop.evaluate_once(env), indent=1))
     finally:
         await env.teardown()
         await env.server.aclose()

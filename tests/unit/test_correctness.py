@@ -161,7 +161,7 @@ def test_is_correct_decides_what_the_environment_counts_evaluates_and_sends(
     assert group is not None
     assert sorted(group.scores) == [0.5, 1.0] and group.verdicts() == [True, True]
     counted = GroupStats()
-    counted.record_scored(group.scores, group.verdicts())  # as the runtime counts every group it is handed
+    counted.record_scored(group.scores, group.verdicts())  # as the host counts every group it is handed
     assert counted.row()[keys.ENV_PERCENT_CORRECT] == 1.0 and metrics[keys.EVAL_PERCENT_CORRECT] == 1.0
 
 

@@ -1,4 +1,4 @@
-"""The environment runtime against the real trajectory API (a subprocess) and a fake inference server."""
+"""The environment host against the real trajectory API (a subprocess) and a fake inference server."""
 
 from __future__ import annotations
 
