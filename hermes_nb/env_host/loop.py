@@ -78,21 +78,21 @@ async def serve(
     stop = stop or asyncio.Event()
     link = TrajectoryLink(env.config.rollout_server_url)
     metrics = env_metrics_logger(env, run_config)
-    manager: ServeLoop | None = None
+    serve_loop: ServeLoop | None = None
     try:
         with _stop_on_signals(stop, enabled=handle_signals):
             await env.setup()
             registration = await link.register(registration_for(env), stop=stop)
             if registration is None:
                 return ServeOutcome(status="stopped", step=0)
-            manager = ServeLoop(env, link, metrics, stop)
-            await manager.configure(registration)
-            outcome = await manager.run(watchdog=handle_signals)
+            serve_loop = ServeLoop(env, link, metrics, stop)
+            await serve_loop.configure(registration)
+            outcome = await serve_loop.run(watchdog=handle_signals)
     except (TrajectoryAPIError, InferenceError) as exc:
-        outcome = ServeOutcome(status="failed", step=manager.step if manager else 0, error=str(exc))
+        outcome = ServeOutcome(status="failed", step=serve_loop.step if serve_loop else 0, error=str(exc))
     finally:
-        if manager is not None:
-            await manager.shutdown()
+        if serve_loop is not None:
+            await serve_loop.shutdown()
         await link.disconnect()
         await link.aclose()
         if metrics is not None:
