@@ -25,7 +25,7 @@ Errors that belong to one part are defined beside it (a file name after the clas
       ModelReferenceError (model_test/targets.py)
       NoEnvironmentSelectedError
       NoSamplesError (rollouts/reader.py)
-      ProviderRefused (model_test/endpoints.py)
+      ProviderRefused (model_test/provider_client.py)
       RequestRejected (trajectory_api/state.py)
       RewardError (frameworks/openenv/rewards.py)
       RunStateError
@@ -63,7 +63,7 @@ class EnvironmentLoadError(HermesNBError):
 
 
 class EnvironmentGone(HermesNBError):
-    """The environment can serve no further group (a server it needs has died): the runtime ends the run at once,
+    """The environment can serve no further group (a server it needs has died): the host ends the run at once,
     with this message, instead of counting groups that cannot succeed toward ``env.max_consecutive_failures``."""
 
 

@@ -6,7 +6,7 @@ FILE is imported as ``python FILE`` imports it, and everything after ``--`` goes
 atroposlib's ``process`` command collects ``total_steps`` groups and writes them to its own file. Around
 atroposlib's ``BaseEnv.handle_send_to_api``, through which ``process`` hands over every scored group, the bridge
 writes each group once more as a row of ``rl_test_inference``'s groups file (``--rows``), the format hermes-nb's
-own ``process`` mode writes (``hermes_nb.env_runtime.process_command``): the group, marked test-only (its tokens are the
+own ``process`` mode writes (``hermes_nb.env_host.process_command``): the group, marked test-only (its tokens are the
 environment's reading of text, and it is for looking at, never for training), each completion's prompt, text,
 score and verdict, and the item.
 """

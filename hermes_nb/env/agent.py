@@ -13,7 +13,7 @@ without tool calls (the final answer), ``max_turns`` turns, or the token budget 
 episode is one sequence of the group: its tokens are the exact transcript, trained only where the policy sampled.
 An episode that raises (a tool that fails, a template that cannot extend) is counted (``env/failed_episodes``),
 logged and left out of its group; with fewer than two episodes left the group is skipped, and when none is left
-the error is raised (the runtime counts the group as failed). An episode that uses all ``max_turns`` turns
+the error is raised (the host counts the group as failed). An episode that uses all ``max_turns`` turns
 without answering scores as ``score_episode`` says (0.0 by default) and is counted (``env/turn_limit_episodes``).
 ``evaluate`` plays one greedy episode per held-out item, ``eval_chunk_size`` items at a time and
 ``max_eval_workers`` chunks at once, and reports ``eval/percent_correct`` (and ``eval/policy_step`` when the
@@ -192,7 +192,7 @@ class AgentEnv(GeneratedItems, BaseEnv):
                            type(error).__name__, error, item.prompt[:200], exc_info=error)  # fmt: skip
         gone = [e for e in errors if isinstance(e, EnvironmentGone)]
         if gone:
-            raise gone[0]  # no later group can form either: the runtime ends the run
+            raise gone[0]  # no later group can form either: the host ends the run
         if errors and not finished:
             raise errors[0]
         return finished
@@ -232,7 +232,7 @@ class AgentEnv(GeneratedItems, BaseEnv):
     def _eval_results(self, outcomes: list[Episode | BaseException], items: list[QAItem]) -> dict[str, float]:
         errors = [o for o in outcomes if not isinstance(o, Episode)]
         if errors and len(errors) == len(outcomes):
-            raise errors[0]  # nothing was measured: the runtime logs the evaluation as failed
+            raise errors[0]  # nothing was measured: the host logs the evaluation as failed
         for error in errors[:1]:
             logger.warning("%d of %d evaluation episodes failed (counted as wrong); the first: %s: %s",
                            len(errors), len(outcomes), type(error).__name__, error, exc_info=error)  # fmt: skip

@@ -1,14 +1,14 @@
 """``BaseEnv``: the contract an environment author implements, shaped like ``atroposlib.envs.base.BaseEnv``.
 
 An environment hands out items (``get_next_item``), turns one item into a scored group of ``group_size``
-completions (``collect_trajectories``), and reports held-out accuracy (``evaluate``). The runtime in
-``hermes_nb.env_runtime.loop`` drives it: ``serve`` (talk to the trajectory API during a run), ``process`` (write
+completions (``collect_trajectories``), and reports held-out accuracy (``evaluate``). The host in
+``hermes_nb.env_host.loop`` drives it: ``serve`` (talk to the trajectory API during a run), ``process`` (write
 groups to a JSONL without an API, for inspection) and ``evaluate``.
 
 The scoring convention: reward ``1.0`` for a correct completion and ``0.0`` otherwise unless the task has
 partial credit. Whether a completion is correct is the environment's verdict, decided once per completion by
 ``is_correct`` (by default full marks, ``score >= 1.0``) and counted the same everywhere: ``scored_group`` sends
-it with the group, where the runtime counts it for ``env/percent_correct`` (every completion sampled), the
+it with the group, where the host counts it for ``env/percent_correct`` (every completion sampled), the
 trainer for ``train/percent_correct`` (the trained batch) and ``rl_test_inference`` for its accuracy. A group that
 states no verdict, as from an environment written against atroposlib, is judged by its scores
 (``hermes_nb.protocol.trajectory.score_is_correct``).
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from hermes_nb.env.inference_client import ServerManager
 
 
-# The command an environment's ``cli()`` hands over to: its runtime, named as a process runs it, not imported.
-RUNTIME_MODULE = "hermes_nb.env_runtime"
+# The command an environment's ``cli()`` hands over to: its host, named as a process runs it, not imported.
+RUNTIME_MODULE = "hermes_nb.env_host"
 
 
 class BaseEnv(ABC):
@@ -66,7 +66,7 @@ class BaseEnv(ABC):
             self.server_configs, tokenizer_name=getattr(config, "tokenizer_name", None)
         )
         self.testing = testing
-        # The completions of groups scored_group dropped (equal scores): never sent, yet sampled, so the runtime
+        # The completions of groups scored_group dropped (equal scores): never sent, yet sampled, so the host
         # counts them with the groups it was handed (take_dropped) for env/reward_mean and env/percent_correct.
         self.dropped_scores: list[float] = []
         self.dropped_correct: list[bool] = []
@@ -107,10 +107,10 @@ class BaseEnv(ABC):
     ) -> ScoredDataGroup | None:
         """The group to return from ``collect_trajectories``, carrying this environment's verdict on each completion.
 
-        ``correct`` defaults to ``is_correct`` of each score. The verdicts are sent with the group, so the runtime,
+        ``correct`` defaults to ``is_correct`` of each score. The verdicts are sent with the group, so the host,
         the trainer and ``rl_test_inference`` count the same completions as correct. ``None`` (skip) when
         ``ensure_scores_are_not_same`` and every score is equal; its scores and verdicts are kept for the
-        runtime's ``env/*`` counts (``take_dropped``). A member is a sampled completion, or a multi-turn episode's
+        host's ``env/*`` counts (``take_dropped``). A member is a sampled completion, or a multi-turn episode's
         ``TrainedSequence`` (``hermes_nb.env.scoring``).
         """
         correct_G = list(correct) if correct is not None else [self.is_correct(s) for s in scores]
@@ -137,16 +137,16 @@ class BaseEnv(ABC):
         return {}
 
     async def wandb_log(self, wandb_metrics: dict[str, float] | None = None) -> dict[str, float]:
-        """Add this environment's own metrics to ``wandb_metrics``; the runtime writes them to W&B and JSONL next
+        """Add this environment's own metrics to ``wandb_metrics``; the host writes them to W&B and JSONL next
         to what it counts itself (``env/reward_mean``, ``env/percent_correct``, the groups' fate)."""
         return dict(wandb_metrics or {})
 
     @classmethod
     def cli(cls) -> None:
         """Command line for this environment (``python my_env.py serve --config run.yaml``): the ``serve``,
-        ``process`` and ``evaluate`` subcommands of ``python -m hermes_nb.env_runtime``, given this class's file.
+        ``process`` and ``evaluate`` subcommands of ``python -m hermes_nb.env_host``, given this class's file.
 
-        The process becomes that command (``os.execv``, same pid): the environment's runtime sits above this
+        The process becomes that command (``os.execv``, same pid): the environment's host sits above this
         contract, which never imports it; the class is loaded from its file again, as a run loads it."""
         source = inspect.getsourcefile(cls)
         if source is None:

@@ -96,13 +96,13 @@ class ServeRequest(BaseModel):
     api_secret: str | None = Field(default=None, repr=False)  # the trajectory API's: none for an external API
 
     def runtime_argv(self, python: str, spec: str) -> list[str]:
-        """``python -m hermes_nb.env_runtime serve SPEC`` with the run's config: the usual serve command."""
+        """``python -m hermes_nb.env_host serve SPEC`` with the run's config: the usual serve command."""
         return [python, "-m", RUNTIME_MODULE, "serve", spec, "--config", str(self.paths.config)]
 
 
 class ModelTestRequest(BaseModel):
     """One model's test by ``rl_test_inference``: write ``num_groups`` scored groups of ``group_size`` to
-    ``output`` (rows as ``python -m hermes_nb.env_runtime process`` writes them), sampling from ``model_url``."""
+    ``output`` (rows as ``python -m hermes_nb.env_host process`` writes them), sampling from ``model_url``."""
 
     config: RunConfig  # the run's, with the test's group size
     config_path: Path  # that config, saved
@@ -117,7 +117,7 @@ class ModelTestRequest(BaseModel):
     stem: Path  # a prefix for any other file the framework's test writes (its settings, its own groups file)
 
     def runtime_argv(self, spec: str) -> list[str]:
-        """``python -m hermes_nb.env_runtime process SPEC`` writing this test's groups: the usual test command."""
+        """``python -m hermes_nb.env_host process SPEC`` writing this test's groups: the usual test command."""
         argv = [self.python, "-m", RUNTIME_MODULE, "process", spec, "--num-groups", str(self.num_groups)]
         argv += ["--output", str(self.output), "--inference-url", self.model_url, "--config", str(self.config_path)]
         if self.model_name:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from hermes_nb.model_test.endpoints import ProviderAnswer, ProviderClient
+from hermes_nb.model_test.provider_client import ProviderAnswer, ProviderClient
 from hermes_nb.model_test.settings import EndpointSettings, EndpointStats
 from hermes_nb.system.net import LOOPBACK, SERVER_KEEP_ALIVE_S
 
@@ -181,7 +181,7 @@ def _count_usage(stats: EndpointStats, response: httpx.Response) -> None:
 async def _provider_route(client: ProviderClient, path: str, request: Request) -> Response:
     from starlette.responses import JSONResponse
 
-    from hermes_nb.model_test.endpoints import ProviderRefused
+    from hermes_nb.model_test.provider_client import ProviderRefused
     from hermes_nb.protocol.inference import ChatCompletionRequest, CompletionRequest
 
     if path == "v1/models":

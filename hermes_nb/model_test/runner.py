@@ -2,7 +2,7 @@
 does each model do on it, before a run is spent?
 
 Per model, the environment runs in ``process`` mode in a CHILD process (the command its framework's adapter
-gives: ``python -m hermes_nb.env_runtime process`` for hermes-nb's own environments), so a broken environment
+gives: ``python -m hermes_nb.env_host process`` for hermes-nb's own environments), so a broken environment
 cannot take the caller down; a local model is served by a temporary inference server
 (``hermes_nb.inference.local``) that is stopped afterwards whatever happens. Models are tested concurrently.
 Every failure (a broken environment, an unreachable endpoint, a server that would not start, a timeout) becomes

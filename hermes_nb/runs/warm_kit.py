@@ -64,8 +64,8 @@ ROLE_IMPORTS: dict[str, tuple[str, ...]] = {
         "hermes_nb.trajectory_api.client",
     ),
     "env": (
-        "hermes_nb.env_runtime.cli",
-        "hermes_nb.env_runtime.loading",
+        "hermes_nb.env_host.cli",
+        "hermes_nb.env_host.loading",
         "hermes_nb.env.qa",
         "hermes_nb.env.agent",
         "hermes_nb.env.chat_render",

@@ -1,6 +1,6 @@
 """Typed access to a trajectory API (ours, or an ``atroposlib run-api``): one client, an async and a sync face.
 
-``TrajectoryClient`` (async) serves the environment runtime and tests; ``SyncTrajectoryClient`` serves the
+``TrajectoryClient`` (async) serves the environment host and tests; ``SyncTrajectoryClient`` serves the
 trainer, whose loop runs in a plain thread stopped by a ``threading.Event``, and the run supervisor's polls.
 Readiness (:meth:`SyncTrajectoryClient.readiness`) is read here, in one place, from what every Atropos API
 answers: ``/status`` and ``/info``, plus ``/health`` where it exists (run-api has none). Both faces get every

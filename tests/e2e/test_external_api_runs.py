@@ -63,7 +63,7 @@ def test_a_run_that_starts_no_environment_trains_from_one_started_elsewhere(tmp_
         paths = run_paths(run_id)
         env_ref = RunConfig.load(paths.config).environment
         assert env_ref is not None
-        argv = [sys.executable, "-m", "hermes_nb.env_runtime", "serve", f"{env_ref.file}:{env_ref.class_name}"]
+        argv = [sys.executable, "-m", "hermes_nb.env_host", "serve", f"{env_ref.file}:{env_ref.class_name}"]
         secret = {SECRET_ENV: read_run_secret(paths.run_dir) or ""}
         with (tmp_path / "env.log").open("wb") as log:
             env = subprocess.Popen(

@@ -34,7 +34,7 @@ from hermes_nb.api import (
 )
 from hermes_nb.config import RunConfig
 from hermes_nb.env.splits import GeneratedItems
-from hermes_nb.env_runtime.loading import load_env_class, make_env
+from hermes_nb.env_host.loading import load_env_class, make_env
 from hermes_nb.errors import TinkerError, TransferError
 from hermes_nb.protocol.checkpoints import read_checkpoints
 from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, TRAIN_KL

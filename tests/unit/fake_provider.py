@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from env_runtime_fakes import serve_in_thread
+from env_host_fakes import serve_in_thread
 
 FAKE_KEY = "sk-fake-provider-0123456789"
 # The variable an endpoint URL's key is read from in these tests, named by HERMES_NB_TEST_API_KEY_ENV.

@@ -26,7 +26,7 @@ from agent_episodes import (
 )
 
 from hermes_nb.env import QAItem
-from hermes_nb.env_runtime.loop import process
+from hermes_nb.env_host.loop import process
 from hermes_nb.protocol.metrics import (
     ENV_FAILED_EPISODES,
     ENV_TURN_LIMIT_EPISODES,

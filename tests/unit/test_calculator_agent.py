@@ -16,7 +16,7 @@ import pytest
 from hermes_nb.config import EMBEDDED_CHAT_MODEL
 from hermes_nb.env.server_config import APIServerConfig
 from hermes_nb.env.splits import draw_item, heldout_items, is_heldout
-from hermes_nb.env_runtime.loop import evaluate_once
+from hermes_nb.env_host.loop import evaluate_once
 from hermes_nb.protocol.inference import FunctionCall
 from hermes_nb.protocol.metrics import EVAL_FAILED_EPISODES, EVAL_PERCENT_CORRECT
 from hermes_nb.system.home import embedded_chat_model_dir, shipped_environments_dir

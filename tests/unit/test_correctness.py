@@ -14,15 +14,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from env_runtime_fakes import fake_inference_server, trajectory_api_process
+from env_host_fakes import fake_inference_server, trajectory_api_process
 
 from hermes_nb import api
 from hermes_nb.config import InfraConfig, RunConfig, WandbConfig
 from hermes_nb.env import QAEnv, build_scored_group
 from hermes_nb.env.types import SampledCompletion
-from hermes_nb.env_runtime import loop as runtime
-from hermes_nb.env_runtime.loading import load_env_class, make_env
-from hermes_nb.env_runtime.stats import GroupStats
+from hermes_nb.env_host import loop as runtime
+from hermes_nb.env_host.loading import load_env_class, make_env
+from hermes_nb.env_host.stats import GroupStats
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.model_test.runner import rl_test_inference
 from hermes_nb.protocol import metrics as keys
@@ -161,7 +161,7 @@ def test_is_correct_decides_what_the_environment_counts_evaluates_and_sends(
     assert group is not None
     assert sorted(group.scores) == [0.5, 1.0] and group.verdicts() == [True, True]
     counted = GroupStats()
-    counted.record_scored(group.scores, group.verdicts())  # as the runtime counts every group it is handed
+    counted.record_scored(group.scores, group.verdicts())  # as the host counts every group it is handed
     assert counted.row()[keys.ENV_PERCENT_CORRECT] == 1.0 and metrics[keys.EVAL_PERCENT_CORRECT] == 1.0
 
 

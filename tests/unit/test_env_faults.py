@@ -19,11 +19,11 @@ from typing import Any
 
 import httpx
 import pytest
-from env_runtime_fakes import REPO_ROOT, fake_inference_server, trajectory_api_process
+from env_host_fakes import REPO_ROOT, fake_inference_server, trajectory_api_process
 
 from hermes_nb.config import InfraConfig, RunConfig, WandbConfig
-from hermes_nb.env_runtime import loop as runtime
-from hermes_nb.env_runtime.loading import load_env_class, make_env
+from hermes_nb.env_host import loop as runtime
+from hermes_nb.env_host.loading import load_env_class, make_env
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.run_files import RunPaths
@@ -105,7 +105,7 @@ def total(run_dir: Path, key: str) -> float:
 def test_a_faulty_group_is_skipped_counted_and_logged_with_its_item(
     tmp_path: Path, servers: tuple[str, str], caplog: pytest.LogCaptureFixture, fault: str, logged: str
 ) -> None:
-    caplog.set_level(logging.INFO, logger="hermes_nb.env_runtime")
+    caplog.set_level(logging.INFO, logger="hermes_nb.env_host")
     outcome = asyncio.run(serve_and_train(fault_config(tmp_path, servers, fault), steps=2))
 
     assert outcome.status == "completed", outcome.error
@@ -164,14 +164,14 @@ def test_timeouts_count_towards_the_streak(tmp_path: Path, servers: tuple[str, s
 
 
 def run_env_process(config: RunConfig, timeout_s: float) -> tuple[int, RunPaths]:
-    """``python -m hermes_nb.env_runtime serve`` as a run starts it, its output in the run's env log."""
+    """``python -m hermes_nb.env_host serve`` as a run starts it, its output in the run's env log."""
     paths = run_paths(RUN_ID)
     paths.run_dir.mkdir(parents=True, exist_ok=True)
     paths.logs["env"].parent.mkdir(parents=True, exist_ok=True)
     config = config.model_copy(update={"infra": config.infra.model_copy(update={"run_dir": str(paths.run_dir)})})
     config.save(paths.run_dir / "config.yaml")
     asyncio.run(register_trainer(config.infra.api_url or "", 10))
-    argv = [sys.executable, "-m", "hermes_nb.env_runtime", "serve", str(FAULT_ENV)]
+    argv = [sys.executable, "-m", "hermes_nb.env_host", "serve", str(FAULT_ENV)]
     with paths.logs["env"].open("wb") as log:
         proc = subprocess.Popen(
             [*argv, "--config", str(paths.run_dir / "config.yaml")], cwd=REPO_ROOT, stdout=log, stderr=log
@@ -296,7 +296,7 @@ def test_a_group_changed_after_it_was_built_is_checked_again() -> None:
 def watch(scenario: Any, limit: float = 0.3) -> list[tuple[str, str]]:
     """Run ``scenario(guard)`` on a loop guarded by a watchdog whose ``on_blocked`` records instead of exiting
     (and sets ``guard.reported``, so a scenario can block until the watchdog has acted, however loaded the CPU)."""
-    from hermes_nb.env_runtime.faults import LoopWatchdog
+    from hermes_nb.env_host.faults import LoopWatchdog
 
     calls: list[tuple[str, str]] = []
     reported = threading.Event()

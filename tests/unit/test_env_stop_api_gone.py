@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from env_runtime_fakes import fake_inference_server, trajectory_api_process, write_tiny_env
+from env_host_fakes import fake_inference_server, trajectory_api_process, write_tiny_env
 
 from hermes_nb.config import InfraConfig, RunConfig, WandbConfig
-from hermes_nb.env_runtime import loop as runtime
-from hermes_nb.env_runtime import trajectory_link as api_link
-from hermes_nb.env_runtime.loading import load_env_class, make_env
+from hermes_nb.env_host import loop as runtime
+from hermes_nb.env_host import trajectory_link as api_link
+from hermes_nb.env_host.loading import load_env_class, make_env
 from hermes_nb.protocol.trajectory import Registration
 from hermes_nb.trajectory_api.client import TrajectoryClient
 
@@ -53,6 +53,6 @@ def test_a_stop_ends_serve_at_once_while_requests_to_a_vanished_api_are_retried(
 @pytest.fixture(autouse=True)
 def _quick_disconnect(monkeypatch: pytest.MonkeyPatch) -> None:
     """Connection refused answers disconnect-env at once anyway; this keeps a slow refusal from counting."""
-    from hermes_nb.env_runtime import trajectory_link as api_link
+    from hermes_nb.env_host import trajectory_link as api_link
 
     monkeypatch.setattr(api_link, "DISCONNECT_TIMEOUT_S", 1.0)

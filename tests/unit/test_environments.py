@@ -280,7 +280,7 @@ def test_evaluate_reports_greedy_accuracy_over_the_heldout_items(stem: str, monk
 
 
 def test_the_shipped_loader_finds_exactly_one_environment_per_file() -> None:
-    from hermes_nb.env_runtime.loading import load_env_class
+    from hermes_nb.env_host.loading import load_env_class
 
     for stem, class_name in ENV_FILES.items():
         assert load_env_class(str(Path(shipped_environments_dir()) / f"{stem}.py")).__name__ == class_name

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from env_runtime_fakes import trajectory_api_process
+from env_host_fakes import trajectory_api_process
 from fake_provider import (
     CHAT_ONLY,
     EMPTY,
@@ -35,8 +35,8 @@ from hermes_nb.config import RunConfig
 from hermes_nb.env import APIServerConfig, build_scored_group
 from hermes_nb.env.inference_client import ServerManager
 from hermes_nb.errors import ConfigError
-from hermes_nb.model_test.endpoints import ProviderAnswer, ProviderClient, ProviderRefused
 from hermes_nb.model_test.hosted import HOSTED_MODELS_FILE, load_hosted_config
+from hermes_nb.model_test.provider_client import ProviderAnswer, ProviderClient, ProviderRefused
 from hermes_nb.model_test.results import InferenceTestResult, ModelTestResult, SampledAnswer
 from hermes_nb.model_test.settings import EndpointSettings, EndpointStats
 from hermes_nb.model_test.targets import resolve_targets

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from env_runtime_fakes import serve_in_thread, trajectory_api_process
+from env_host_fakes import serve_in_thread, trajectory_api_process
 
 from hermes_nb.inference.engine import InferenceEngine
 from hermes_nb.inference.server import InferenceServer

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from env_runtime_fakes import fake_inference_server, write_tiny_env
+from env_host_fakes import fake_inference_server, write_tiny_env
 
 from hermes_nb import api
 from hermes_nb.config import RunConfig

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hermes_nb.env import BaseEnv, BaseEnvConfig
-from hermes_nb.env_runtime.process_command import process
+from hermes_nb.env_host.process_command import process
 from hermes_nb.errors import HermesNBError
 
 

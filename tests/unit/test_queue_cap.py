@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from hermes_nb.config import RunConfig
-from hermes_nb.env_runtime.trajectory_link import TrajectoryLink
+from hermes_nb.env_host.trajectory_link import TrajectoryLink
 from hermes_nb.protocol.trajectory import MASK_IGNORE, RegisterEnv, Registration, ScoredDataGroup
 from hermes_nb.trajectory_api.server import ApiSettings, create_app
 from hermes_nb.trajectory_api.state import RETRY_AFTER_S, ApiLimits, RequestRejected, TrajectoryState

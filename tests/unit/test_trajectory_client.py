@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
-from env_runtime_fakes import trajectory_api_process
+from env_host_fakes import trajectory_api_process
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 

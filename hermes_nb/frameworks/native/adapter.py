@@ -1,8 +1,8 @@
 """hermes-nb's own environments: read and run by hermes-nb's interpreter, served by its environment runtime.
 
-A run serves one with ``python -m hermes_nb.env_runtime serve FILE:CLASS --config <run>/config.yaml`` (every URL,
+A run serves one with ``python -m hermes_nb.env_host serve FILE:CLASS --config <run>/config.yaml`` (every URL,
 size and the tokenizer are in the run's config; the secrets come in the process environment), and
-``rl_test_inference`` with ``python -m hermes_nb.env_runtime process``. Its metrics are the run's names already.
+``rl_test_inference`` with ``python -m hermes_nb.env_host process``. Its metrics are the run's names already.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Discovery claims a class whose root is ``Environment`` or ``MCPEnvironment`` from the ``openenv`` package (nothing
 imported). Its config is the episode settings (``settings.OpenEnvSettings``, read by ``schema_child`` without
-importing the file). A run's environment process is ``python -m hermes_nb.env_runtime serve`` of
+importing the file). A run's environment process is ``python -m hermes_nb.env_host serve`` of
 ``episode_env.OpenEnvAgentEnv`` in the OpenEnv Python, which starts the file's server (or uses ``server_url``) and
 plays the episodes; ``rl_test_inference`` runs the same class with ``process``.
 """

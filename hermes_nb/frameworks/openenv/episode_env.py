@@ -1,6 +1,6 @@
 """The environment process of an OpenEnv run: episodes over OpenEnv sessions, with ``AgentEnv``'s exact tokens.
 
-``python -m hermes_nb.env_runtime serve <this file>:OpenEnvAgentEnv --config <run>/config.yaml`` in the OpenEnv
+``python -m hermes_nb.env_host serve <this file>:OpenEnvAgentEnv --config <run>/config.yaml`` in the OpenEnv
 Python. ``setup`` starts the server of the file named by ``FILE_VAR`` (or uses ``server_url``), reads which Action
 field a reply fills (``/schema``) and lists the MCP tools once. An item is a reset seed: every member of a group
 resets its own session with the same seed, so the group shares its task. One episode: ``reset`` -> the observation

@@ -3,7 +3,7 @@
 Discovery claims a class whose root is ``Taskset`` from the ``verifiers`` package (nothing imported; the file's
 module is the taskset id). Its config is ``settings.VerifiersSettings`` plus the taskset's own config fields,
 read by ``schema_child`` in the verifiers Python. A run's environment process is ``python -m
-hermes_nb.env_runtime serve`` of ``episode_env.VerifiersEnv`` in the verifiers Python: verifiers plays the
+hermes_nb.env_host serve`` of ``episode_env.VerifiersEnv`` in the verifiers Python: verifiers plays the
 episodes (``subprocess`` runtime, the settings' chat harness), sampling through its train client from the run's
 inference server; ``rl_test_inference`` runs the same class with ``process`` (an endpoint through verifiers' eval
 client).

@@ -1,6 +1,6 @@
 """The environment process of a verifiers run: verifiers plays the episodes, hermes-nb trains their exact tokens.
 
-``python -m hermes_nb.env_runtime serve <this file>:VerifiersEnv --config <run>/config.yaml`` in the verifiers
+``python -m hermes_nb.env_host serve <this file>:VerifiersEnv --config <run>/config.yaml`` in the verifiers
 Python. ``setup`` loads the environment of the file named by ``FILE_VAR`` as verifiers loads one
 (``vf.load_environment(vf.resolve_env_config(...))``: the taskset by its id, its own fields from the settings'
 ``taskset.*``), with local defaults (the ``subprocess`` runtime and the settings' harness: ``hermes_nb_chat``, the

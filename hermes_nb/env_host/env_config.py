@@ -3,7 +3,7 @@
 The config is the class's ``config_init()`` defaults overlaid with ``RunConfig.env`` and validated by the class's
 ``env_config_cls``; the locked fields come from the run's infrastructure (where the API and the inference server
 listen, which tokenizer the trainer uses), whatever the file or the user said. The class is given, never looked
-up here (``hermes_nb.env_runtime.loading`` finds it).
+up here (``hermes_nb.env_host.loading`` finds it).
 """
 
 from __future__ import annotations

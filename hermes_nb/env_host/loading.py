@@ -1,7 +1,7 @@
 """Loading an environment class from a file (``path/to/env.py[:ClassName]``), and making one for a run.
 
-In the package only ``python -m hermes_nb.env_runtime`` (``hermes_nb.env_runtime.__main__``) resolves a file. The
-config an instance gets is built by ``hermes_nb.env_runtime.env_config``.
+In the package only ``python -m hermes_nb.env_host`` (``hermes_nb.env_host.__main__``) resolves a file. The
+config an instance gets is built by ``hermes_nb.env_host.env_config``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from types import ModuleType
 
 from hermes_nb.config import RunConfig
 from hermes_nb.env.base import BaseEnv
-from hermes_nb.env_runtime.env_config import build_env_config
+from hermes_nb.env_host.env_config import build_env_config
 from hermes_nb.errors import EnvironmentLoadError
 
 

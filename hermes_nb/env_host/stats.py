@@ -1,4 +1,4 @@
-"""What the environment runtime counts between two metric rows (its keys are in ``hermes_nb.protocol.metrics``)."""
+"""What the environment host counts between two metric rows (its keys are in ``hermes_nb.protocol.metrics``)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class GroupStats:
     timeouts: int = 0
 
     def record_scored(self, scores: list[float], correct: list[bool]) -> None:
-        """Completions the environment scored, before the runtime decides whether their group is sent."""
+        """Completions the environment scored, before the host decides whether their group is sent."""
         if len(scores) != len(correct):
             raise ValueError(f"correct: got {len(correct)} verdicts for {len(scores)} scores; they must match")
         self.scores.extend(scores)

@@ -1,9 +1,9 @@
 """Command line of an environment: ``serve``, ``process`` and ``evaluate``.
 
-``python -m hermes_nb.env_runtime serve path/to/env.py[:Class] --config run.yaml`` is how a run starts its
+``python -m hermes_nb.env_host serve path/to/env.py[:Class] --config run.yaml`` is how a run starts its
 environment; ``MyEnv.cli()`` (``python my_env.py serve --config run.yaml``) hands over to the same command with its
 own file and class. This module runs a class it is given; finding the class a file names
-(``hermes_nb.env_runtime.loading``) is left to ``hermes_nb.env_runtime.__main__``.
+(``hermes_nb.env_host.loading``) is left to ``hermes_nb.env_host.__main__``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from hermes_nb.config import RunConfig
 from hermes_nb.env.base import BaseEnv
-from hermes_nb.env_runtime.env_config import build_env_config
+from hermes_nb.env_host.env_config import build_env_config
 from hermes_nb.errors import HermesNBError
 
 logger = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ LOG_FORMAT = "%(asctime)s env %(levelname)s %(name)s: %(message)s"
 USAGE_ERROR = 2
 
 
-PROG = "python -m hermes_nb.env_runtime"
+PROG = "python -m hermes_nb.env_host"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,19 +89,19 @@ def _server_overrides(args: argparse.Namespace) -> dict[str, str]:
 
 
 async def _dispatch(args: argparse.Namespace, env: BaseEnv) -> int:
-    from hermes_nb.env_runtime import loop as runtime
+    from hermes_nb.env_host import loop
 
     if args.command == "serve":
-        outcome = await runtime.serve(env, args.run_config)
+        outcome = await loop.serve(env, args.run_config)
         logger.info("environment %s at step %d (%d groups posted)", outcome.status, outcome.step,
                     outcome.groups_posted)  # fmt: skip
         return outcome.exit_code
     try:
         if args.command == "process":
-            summary = await runtime.process(env, args.num_groups, args.output)
+            summary = await loop.process(env, args.num_groups, args.output)
             print(summary.model_dump_json(indent=1))
         else:
-            print(json.dumps(await runtime.evaluate_once(env), indent=1))
+            print(json.dumps(await loop.evaluate_once(env), indent=1))
     finally:
         await env.teardown()
         await env.server.aclose()

@@ -1,4 +1,4 @@
-"""Loopback servers for the environment runtime tests: a fake inference server and the real trajectory API.
+"""Loopback servers for the environment host tests: a fake inference server and the real trajectory API.
 
 The fake inference server speaks the real protocol models (``hermes_nb.protocol.inference``) and answers
 deterministically: choice ``i`` of a sampled request is the text ``str(i % 2)``, greedy requests (temperature 0)

@@ -3,7 +3,7 @@
 A fault is a ``collect_trajectories`` (or ``get_next_item``) that raises, a group the trainer must not train on
 (``MalformedGroup``: see ``hermes_nb.protocol.trajectory.malformed_reason``; the trajectory API's 4xx for a
 group counts the same), or a call that does not return within ``env.worker_timeout`` (``CollectTimeout``).
-The runtime ends the run after ``env.max_consecutive_failures`` of them in a row, or at the first
+The host ends the run after ``env.max_consecutive_failures`` of them in a row, or at the first
 ``errors.EnvironmentGone`` (a server the environment needs has died). A call that blocks the event
 loop itself (``time.sleep``, a busy loop) cannot be cancelled by asyncio; ``LoopWatchdog`` ends the process
 instead, naming where it was stuck, so the run fails rather than hangs.
@@ -26,11 +26,11 @@ from pydantic import ValidationError
 
 from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.types import Item
-from hermes_nb.env_runtime.stats import GroupStats
-from hermes_nb.env_runtime.trajectory_link import TrajectoryAPIError
+from hermes_nb.env_host.stats import GroupStats
+from hermes_nb.env_host.trajectory_link import TrajectoryAPIError
 from hermes_nb.protocol.trajectory import ScoredDataGroup, malformed_reason
 
-logger = logging.getLogger("hermes_nb.env_runtime.loop")
+logger = logging.getLogger("hermes_nb.env_host.workers")
 
 # An item is logged with each fault; a long prompt is cut to this many characters of its repr.
 ITEM_REPR_CHARS = 300

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.types import Item, SampledCompletion
-from hermes_nb.env_runtime import faults
+from hermes_nb.env_host import faults
 from hermes_nb.errors import HermesNBError
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 

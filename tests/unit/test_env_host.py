@@ -1,4 +1,4 @@
-"""The environment runtime against the real trajectory API (a subprocess) and a fake inference server."""
+"""The environment host against the real trajectory API (a subprocess) and a fake inference server."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from env_runtime_fakes import (
+from env_host_fakes import (
     EOS,
     REPO_ROOT,
     FakeInferenceState,
@@ -25,9 +25,9 @@ from env_runtime_fakes import (
 
 from hermes_nb.config import InfraConfig, RunConfig, WandbConfig
 from hermes_nb.env.base import BaseEnv
-from hermes_nb.env_runtime import loop as runtime
-from hermes_nb.env_runtime.env_config import build_env_config
-from hermes_nb.env_runtime.loading import load_env_class, make_env
+from hermes_nb.env_host import loop as runtime
+from hermes_nb.env_host.env_config import build_env_config
+from hermes_nb.env_host.loading import load_env_class, make_env
 from hermes_nb.errors import ConfigError, EnvironmentLoadError
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.protocol.trajectory import MASK_IGNORE, PROMPT_LOGPROB, Registration, ScoredDataGroup
@@ -232,7 +232,7 @@ def test_serve_cli_disconnects_and_exits_0_on_sigterm(tmp_path: Path, servers: t
         [
             sys.executable,
             "-m",
-            "hermes_nb.env_runtime",
+            "hermes_nb.env_host",
             "serve",
             str(env_file),
             "--config",
@@ -263,7 +263,7 @@ def test_process_cli_writes_n_groups_with_decoded_text(tmp_path: Path) -> None:
     output = tmp_path / "groups.jsonl"
     with fake_inference_server() as (inf_url, _):
         result = subprocess.run(
-            [sys.executable, "-m", "hermes_nb.env_runtime", "process", f"{env_file}:TinyEnv", "--num-groups", "3",
+            [sys.executable, "-m", "hermes_nb.env_host", "process", f"{env_file}:TinyEnv", "--num-groups", "3",
              "--output", str(output), "--inference-url", inf_url],
             cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
@@ -301,7 +301,7 @@ def test_an_environment_file_run_as_a_script_serves_its_own_class(tmp_path: Path
 def test_the_module_cli_reports_a_missing_environment_file_in_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "missing.py"
     result = subprocess.run(
-        [sys.executable, "-m", "hermes_nb.env_runtime", "evaluate", f"{missing}:Nope"],
+        [sys.executable, "-m", "hermes_nb.env_host", "evaluate", f"{missing}:Nope"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
     )  # fmt: skip
@@ -362,7 +362,7 @@ def test_loading_names_what_is_wrong(tmp_path: Path) -> None:
 
 def test_env_process_starts_without_torch_or_transformers() -> None:
     code = (
-        "import sys, hermes_nb.env_runtime.cli, hermes_nb.env_runtime.loop;"
+        "import sys, hermes_nb.env_host.cli, hermes_nb.env_host.loop;"
         "print([m for m in ('torch', 'transformers', 'wandb', 'fastapi') if m in sys.modules])"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
@@ -405,7 +405,7 @@ class CountingTransport(httpx.AsyncHTTPTransport):
 
 
 def test_groups_finished_together_reach_the_api_in_one_request(api_url: str) -> None:
-    from hermes_nb.env_runtime.trajectory_link import TrajectoryLink
+    from hermes_nb.env_host.trajectory_link import TrajectoryLink
     from hermes_nb.protocol.trajectory import RegisterEnv
 
     httpx.get(api_url + "/reset_data", timeout=10).raise_for_status()

@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 import pytest
-from env_runtime_fakes import (
+from env_host_fakes import (
     EOS,
     REJECTED_PROMPT,
     FakeInferenceState,

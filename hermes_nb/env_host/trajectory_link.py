@@ -37,7 +37,7 @@ __all__ = ["TrajectoryAPIError", "TrajectoryLink"]
 # a busy CPU can take minutes, so registration waits long; the supervisor kills us if the run fails first.
 REGISTER_TIMEOUT_S = 600.0
 REGISTER_POLL_S = 0.5
-# A transient API hiccup (restart, overload) is retried this long before the runtime gives up on the API.
+# A transient API hiccup (restart, overload) is retried this long before the host gives up on the API.
 REQUEST_RETRY_S = 30.0
 REQUEST_TIMEOUT_S = 30.0
 # How long disconnect-env may take at shutdown: the API may already be gone, and exiting matters more.
