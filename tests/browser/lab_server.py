@@ -58,6 +58,13 @@ class JupyterLabServer:
         response.raise_for_status()
         return response.json() if response.content else None
 
+    def kernel_attached(self) -> bool:
+        """Whether a kernel is idle with a page's websocket on it: the server's view, whatever the page shows."""
+        return any(
+            kernel["execution_state"] == "idle" and kernel["connections"] > 0
+            for kernel in self.api("GET", "/api/kernels")
+        )
+
     def lab_url(self, notebook: str) -> str:
         return JUPYTERLAB.url(self.url, notebook, self.token)
 

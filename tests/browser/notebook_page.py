@@ -49,7 +49,7 @@ class FrontEnd:
     has_left_sidebar: bool
     # JupyterLab's status bar reads "| Idle" only once a kernel is attached and connected (its toolbar's execution
     # indicator says idle before that); Notebook 7 has no status bar, and its execution indicator goes through
-    # "initializing" and "connecting" before "idle"
+    # "initializing" and "connecting" before "idle" but may also read idle before that (NotebookPage.wait_for_kernel)
     has_status_bar: bool
     # Errors the front end's own page logs with no hermes-nb code on it (seen on a notebook that only prints)
     own_page_errors: tuple[str, ...] = ()
@@ -149,9 +149,17 @@ class NotebookPage:
             return
         self.page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()
 
-    def wait_for_kernel(self, timeout_s: float) -> None:
-        """Wait until the page's kernel is connected and idle: a cell run before that is silently dropped."""
-        wait_until(lambda: not self.kernel_busy(), timeout_s, "an idle kernel", self.page)
+    def wait_for_kernel(self, timeout_s: float, attached: Callable[[], bool] | None = None) -> None:
+        """Wait until the page's kernel is connected and idle: a cell run before that is silently dropped.
+
+        ``attached`` is the server's word that a page's websocket is on an idle kernel, for a front end whose
+        execution indicator can read idle before its kernel is attached (Notebook 7's, on a busy machine).
+        """
+
+        def ready() -> bool:
+            return not self.kernel_busy() and (attached is None or attached())
+
+        wait_until(ready, timeout_s, "an idle kernel", self.page)
 
     def kernel_busy(self) -> bool:
         """Whether the page's kernel status says anything but idle: busy, starting, connecting, restarting."""

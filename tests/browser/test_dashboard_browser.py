@@ -102,7 +102,7 @@ def _story(jupyterlab: JupyterLabServer, page: Any, notebook: NotebookPage, scre
     jupyterlab.create_notebook(NOTEBOOK, CELLS)
     url = notebook.front_end.url(jupyterlab.url, NOTEBOOK, jupyterlab.token)
     notebook.open(url, cells=len(CELLS), timeout_s=WIDGET_S)
-    notebook.wait_for_kernel(KERNEL_START_S)
+    notebook.wait_for_kernel(KERNEL_START_S, attached=jupyterlab.kernel_attached)
     notebook.run_cell(LOAD, CELL_S)
     assert "Error" not in notebook.output_text(LOAD), notebook.output_text(LOAD)
     notebook.run_cell(DASHBOARD, CELL_S)
