@@ -1,7 +1,7 @@
 # The two commands a fresh machine needs:
 #   make main   set up, then run the quickstart notebook headless: a real training run on the embedded default,
 #               writing the executed notebook and the final metrics plot (PNG) to out/
-#   make test   set up, then lint, type-check and run the whole test suite
+#   make test   set up, then lint, type-check, build the docs site strictly and run the whole test suite
 # torch is pinned to the CPU wheel this machine class carries; a looser pin downloads a multi-GB CUDA build.
 # Every extra that depends on torch (train, lora: peft) is installed after it, with the pin repeated, so pip keeps
 # the CPU torch it finds instead of resolving a CUDA one.
@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup warm-up side-envs main test test-learning lint typecheck unit e2e browser bench clean
+.PHONY: setup warm-up side-envs main test test-learning lint typecheck docs unit e2e browser bench clean
 
 setup: $(STAMP)
 
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml scripts/ensure_chromium.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -e ".[train,lora,notebook,dev,browser,tinker,environments]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[train,lora,notebook,dev,browser,tinker,environments,docs]" "$(TORCH_PIN)"
 	$(MAKE) warm-up
 	touch $(STAMP)
 
@@ -50,6 +50,11 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
+# The docs site into site/, strict: a broken link or anchor, a page missing from the nav, or a public command
+# without a docstring (scripts/docs_hooks.py) fails it.
+docs: setup
+	$(VENV)/bin/mkdocs build --strict
+
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit
 
@@ -60,7 +65,7 @@ browser: setup
 	$(VENV)/bin/pytest -q tests/browser
 
 # --durations: the slowest tests printed after every full run, to keep the suite within its 40 minutes.
-test: lint typecheck side-envs
+test: lint typecheck docs side-envs
 	$(VENV)/bin/pytest -q --durations=25
 
 # The learning measurements too long for the suite's budget (pyproject's `learning_long` marker).
@@ -82,4 +87,4 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 clean:
-	rm -rf $(VENV) .venvs out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venvs out site .pytest_cache .mypy_cache .ruff_cache

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/gpu_smoke.py [--steps 4] [--dtype auto] [--lora-rank 0] [--gradient-checkpointing]
         [--sampler auto|native|vllm] [--vllm-gpu-memory-utilization 0.4] [--vllm-sleep-mode]
 
-(``--sampler vllm`` needs ``HERMES_NB_VLLM_PYTHON``: README, "On a GPU: vLLM as the sampler".)
+(``--sampler vllm`` needs ``HERMES_NB_VLLM_PYTHON``: docs/gpu.md.)
 
 Trains the agent task (``calculator_agent`` on the embedded chat model, ``configs/agent.yaml``) when both are
 shipped, else ``arithmetic`` on the embedded base model, in a temporary ``HERMES_NB_HOME``. Checks that the run

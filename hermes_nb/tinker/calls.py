@@ -35,7 +35,7 @@ T = TypeVar("T")
 
 KEY_VAR = "TINKER_API_KEY"
 INSTALL_HINT = "pip install 'hermes-nb[tinker]'"
-# The SDK and server pairs this version of hermes-nb was verified with (README, "Training on Tinker").
+# The SDK and server pairs this version of hermes-nb was verified with (docs/tinker.md, "Versions verified").
 VERIFIED = "skyrl 0.3.0 with tinker 0.24.1"
 # Backoff between our own retries: doubling from 1 s, capped so a server that comes back is noticed soon.
 RETRY_FIRST_S = 1.0

@@ -3,7 +3,8 @@
 Everything Jupyter writes (config, data, runtime files, lab settings and workspaces) goes under one temporary
 folder, and the notebooks live in a temporary work dir, so the test neither reads nor changes the user's set-up.
 JupyterLab fetches nothing: news and update checks are off (server flags and the notification settings) and the
-extension manager is read-only (the default one queries PyPI).
+extension manager is read-only (the default one queries PyPI). The same server serves Jupyter Notebook 7's pages
+(``/notebooks/...``: the notebook package's server extension, enabled when it is installed).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import httpx
 import psutil
+from notebook_page import JUPYTERLAB
 
 from hermes_nb.system.net import LOOPBACK, free_port
 
@@ -56,8 +58,15 @@ class JupyterLabServer:
         response.raise_for_status()
         return response.json() if response.content else None
 
+    def kernel_attached(self) -> bool:
+        """Whether a kernel is idle with a page's websocket on it: the server's view, whatever the page shows."""
+        return any(
+            kernel["execution_state"] == "idle" and kernel["connections"] > 0
+            for kernel in self.api("GET", "/api/kernels")
+        )
+
     def lab_url(self, notebook: str) -> str:
-        return f"{self.url}/lab/tree/{notebook}?token={self.token}"
+        return JUPYTERLAB.url(self.url, notebook, self.token)
 
     def log_tail(self) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -1,4 +1,5 @@
-"""Debian's headless Chromium driven by Playwright, and a JupyterLab notebook page seen the way a person sees it.
+"""Debian's headless Chromium driven by Playwright, and a notebook page (JupyterLab 4 or Jupyter Notebook 7) seen the
+way a person sees it.
 
 Playwright cannot download its own browser on these machines, so it drives ``/usr/bin/chromium``
 (scripts/ensure_chromium.sh installs it). Waits poll what is on screen; there are no fixed sleeps.
@@ -35,6 +36,38 @@ KERNEL_BUSY_MOST_S = 150.0
 PROMPT_DONE = re.compile(r"^\[(\d+)\]:$")
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """What differs between the front ends the browser story runs in. Notebook 7 is built from JupyterLab 4's
+    components, so cells, prompts, outputs, dialogs and the widgets are the same elements in both."""
+
+    name: str
+    path: str  # where a notebook opens: /<path>/<notebook>
+    # JupyterLab's left sidebar (the file browser) is folded away so the notebook has the width; Notebook 7 has none
+    has_left_sidebar: bool
+    # JupyterLab's status bar reads "| Idle" only once a kernel is attached and connected (its toolbar's execution
+    # indicator says idle before that); Notebook 7 has no status bar, and its execution indicator goes through
+    # "initializing" and "connecting" before "idle" but may also read idle before that (NotebookPage.wait_for_kernel)
+    has_status_bar: bool
+    # Errors the front end's own page logs with no hermes-nb code on it (seen on a notebook that only prints)
+    own_page_errors: tuple[str, ...] = ()
+
+    def url(self, server_url: str, notebook: str, token: str) -> str:
+        return f"{server_url}/{self.path}/{notebook}?token={token}"
+
+    def errors_of_ours(self, errors: list[str]) -> list[str]:
+        """The page's errors less those the front end logs by itself."""
+        return [error for error in errors if not any(own in error for own in self.own_page_errors)]
+
+
+JUPYTERLAB = FrontEnd("jupyterlab", "lab/tree", has_left_sidebar=True, has_status_bar=True)
+# Notebook 7.6's settings loader throws this TypeError on every page load, an empty notebook's included.
+NOTEBOOK7_SETTINGS_ERROR = "Cannot read properties of undefined (reading 'schema')"
+NOTEBOOK7 = FrontEnd(
+    "notebook7", "notebooks", has_left_sidebar=False, has_status_bar=False, own_page_errors=(NOTEBOOK7_SETTINGS_ERROR,)
+)
 
 
 def launch_chromium(playwright: Any, user_data_dir: Path) -> Any:
@@ -104,25 +137,36 @@ def report(config: Any, line: str) -> None:
 
 
 class NotebookPage:
-    def __init__(self, page: Any) -> None:
+    def __init__(self, page: Any, front_end: FrontEnd = JUPYTERLAB) -> None:
         self.page = page
+        self.front_end = front_end
 
     def open(self, url: str, cells: int, timeout_s: float) -> None:
-        """Open the notebook, then fold the file browser away so the notebook has the width."""
+        """Open the notebook, then fold the file browser away (JupyterLab) so the notebook has the width."""
         self.page.goto(url)
         self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(cells - 1).wait_for(timeout=timeout_s * 1000)
+        if not self.front_end.has_left_sidebar:
+            return
         self.page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()
 
-    def wait_for_kernel(self, timeout_s: float) -> None:
-        """Wait until the page's kernel is connected and idle: a cell run before that is silently dropped."""
-        # The status bar shows the session's kernelDisplayStatus, which reads "Idle" only once a kernel is
-        # attached and connected (the toolbar's execution indicator says idle before that).
-        status_bar = self.page.locator("#jp-main-statusbar")
-        wait_until(lambda: "| Idle" in status_bar.inner_text(), timeout_s, "an idle kernel", self.page)
+    def wait_for_kernel(self, timeout_s: float, attached: Callable[[], bool] | None = None) -> None:
+        """Wait until the page's kernel is connected and idle: a cell run before that is silently dropped.
+
+        ``attached`` is the server's word that a page's websocket is on an idle kernel, for a front end whose
+        execution indicator can read idle before its kernel is attached (Notebook 7's, on a busy machine).
+        """
+
+        def ready() -> bool:
+            return not self.kernel_busy() and (attached is None or attached())
+
+        wait_until(ready, timeout_s, "an idle kernel", self.page)
 
     def kernel_busy(self) -> bool:
-        """Whether Jupyter's kernel status (the status bar's) says anything but idle: busy, starting, restarting."""
-        return "| Idle" not in self.page.locator("#jp-main-statusbar").inner_text()
+        """Whether the page's kernel status says anything but idle: busy, starting, connecting, restarting."""
+        if self.front_end.has_status_bar:
+            return "| Idle" not in self.page.locator("#jp-main-statusbar").inner_text()
+        indicator = self.page.locator(".jp-NotebookPanel-toolbar .jp-Notebook-ExecutionIndicator")
+        return indicator.count() == 0 or indicator.first.get_attribute("data-status") != "idle"
 
     def wait_for_answer(self, probe: Callable[[], T | None], idle_s: float, what: str) -> T:
         """Poll ``probe`` after a widget action until it returns something truthy; fail after ``idle_s`` of the
@@ -167,7 +211,7 @@ class NotebookPage:
         """A modal dialog blocks every click and key; say what it asks instead of timing out behind it."""
         dialog = self.page.locator(".jp-Dialog")
         if dialog.count() and dialog.first.is_visible():
-            raise AssertionError(f"JupyterLab shows a dialog: {dialog.first.inner_text()!r}")
+            raise AssertionError(f"{self.front_end.name} shows a dialog: {dialog.first.inner_text()!r}")
 
     def output_text(self, index: int) -> str:
         return "\n".join(self.cell(index).locator(".jp-OutputArea-output").all_inner_texts())

@@ -1,13 +1,16 @@
-"""The dashboard in a real JupyterLab in headless Chromium, checked the way a person sees it.
+"""The dashboard in a real JupyterLab 4 and a real Jupyter Notebook 7 in headless Chromium, checked the way a person
+sees it.
 
 One story, step by step with a screenshot at each: run ``%load_ext hermes_nb`` and ``hermes_nb.dashboard()``
 with Shift+Enter; the picker lists the shipped environments; choosing one fills the config form; locked fields
 are disabled; an invalid value shows its error inline and Apply changes nothing; Start shows progress and the
-plot image changes while the run goes on after the cell has finished; Stop ends with ``stopped``.
+plot image changes while the run goes on after the cell has finished; Stop ends with ``stopped``. The same story
+runs in both front ends (one server serves both; only the notebook's URL and the kernel-status element differ).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -18,7 +21,7 @@ from typing import Any
 
 import pytest
 from lab_server import READY_TIMEOUT_S, STOP_TIMEOUT_S, JupyterLabServer
-from notebook_page import NotebookPage, Screenshots, report, wait_until
+from notebook_page import JUPYTERLAB, NOTEBOOK7, FrontEnd, NotebookPage, Screenshots, report, wait_until
 
 SHIPPED_ENVIRONMENTS = ("arithmetic", "reverse_string", "count_letters", "sort_letters")
 DOCS_IMAGE = Path(__file__).resolve().parents[2] / "docs" / "img" / "dashboard.png"
@@ -72,26 +75,34 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(TEST_TIMEOUT_S)]
 DOCS_VIEWPORT_HEIGHT = 2300
 
 
-def test_dashboard_in_jupyterlab(
-    request: pytest.FixtureRequest, jupyterlab: JupyterLabServer, page: Any, screenshots: Screenshots
+@pytest.mark.parametrize("front_end", [JUPYTERLAB, NOTEBOOK7], ids=lambda front_end: front_end.name)
+def test_dashboard_story(
+    request: pytest.FixtureRequest,
+    front_end: FrontEnd,
+    jupyterlab: JupyterLabServer,
+    page: Any,
+    screenshots: Screenshots,
 ) -> None:
+    if front_end is NOTEBOOK7 and importlib.util.find_spec("notebook") is None:
+        pytest.fail("Jupyter Notebook 7 is not installed (the notebook package); install the 'browser' extra")
     started = time.monotonic()
-    notebook = NotebookPage(page)
+    notebook = NotebookPage(page, front_end)
     try:
         best = _story(jupyterlab, page, notebook, screenshots)
     except BaseException:
         _record_failure(request, page, notebook, screenshots)
         raise
-    if os.environ.get(UPDATE_DOCS_VAR) == "1":
+    if os.environ.get(UPDATE_DOCS_VAR) == "1" and front_end is JUPYTERLAB:  # the docs picture is JupyterLab's
         shutil.copyfile(best, DOCS_IMAGE)
         report(request.config, f"\nupdated {DOCS_IMAGE} from {best}")
-    report(request.config, f"\nbrowser test story took {time.monotonic() - started:.0f} s")
+    report(request.config, f"\nbrowser test story in {front_end.name} took {time.monotonic() - started:.0f} s")
 
 
 def _story(jupyterlab: JupyterLabServer, page: Any, notebook: NotebookPage, screenshots: Screenshots) -> Path:
     jupyterlab.create_notebook(NOTEBOOK, CELLS)
-    notebook.open(jupyterlab.lab_url(NOTEBOOK), cells=len(CELLS), timeout_s=WIDGET_S)
-    notebook.wait_for_kernel(KERNEL_START_S)
+    url = notebook.front_end.url(jupyterlab.url, NOTEBOOK, jupyterlab.token)
+    notebook.open(url, cells=len(CELLS), timeout_s=WIDGET_S)
+    notebook.wait_for_kernel(KERNEL_START_S, attached=jupyterlab.kernel_attached)
     notebook.run_cell(LOAD, CELL_S)
     assert "Error" not in notebook.output_text(LOAD), notebook.output_text(LOAD)
     notebook.run_cell(DASHBOARD, CELL_S)
@@ -108,7 +119,8 @@ def _story(jupyterlab: JupyterLabServer, page: Any, notebook: NotebookPage, scre
     best = _start_shows_progress_and_the_plot_changes_after_the_cell_finished(page, notebook, screenshots)
     _stop_ends_with_stopped(page, screenshots)
 
-    assert not page.hermes_errors, "the page logged errors:\n" + "\n".join(page.hermes_errors)
+    errors = notebook.front_end.errors_of_ours(page.hermes_errors)
+    assert not errors, "the page logged errors:\n" + "\n".join(errors)
     return best
 
 
