@@ -17,7 +17,8 @@ HOME_ENV_VAR = "HERMES_NB_HOME"
 ENV_PATH_VAR = "HERMES_NB_ENV_PATH"
 # The Python that reads and runs atroposlib environments (hermes_nb.atropos.interpreter); unset: this interpreter.
 ENV_PYTHON_VAR = "HERMES_NB_ENV_PYTHON"
-KNOWN_KEYS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY")
+# HF_TOKEN: gated and private hub models (hermes_nb/system/hub.py); huggingface_hub reads it from the environment.
+KNOWN_KEYS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "HF_TOKEN")
 
 # The hermes_nb package folder (it holds the shipped assets).
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
