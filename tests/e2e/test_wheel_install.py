@@ -96,8 +96,10 @@ def test_an_installed_wheel_lists_loads_by_name_copies_examples_and_trains(kind:
     def hermes_nb(*args: str, timeout: float = CALL_TIMEOUT_S) -> str:
         return _run([str(venv / "bin" / "hermes-nb"), *args], cwd=work, env=env, timeout=timeout)
 
-    where = _run([str(venv / "bin" / "python"), "-c", "import hermes_nb; print(hermes_nb.__file__)"], work, env)
+    code = "import hermes_nb as h, importlib.metadata as m; print(h.__file__, h.__version__, m.version('hermes-nb'))"
+    where, version, installed = _run([str(venv / "bin" / "python"), "-c", code], work, env).split()
     assert where.startswith(str(venv)), where
+    assert version == installed  # one source: pyproject.toml reads hermes_nb.__version__
     listed = json.loads(hermes_nb("list", "--json"))
     files = {e["name"]: e["file_path"] for e in listed["environments"]}
     assert "arithmetic" in files and files["arithmetic"].startswith(str(venv)), files
