@@ -102,7 +102,7 @@ def test_a_tinker_run_names_server_models_which_are_not_downloaded(cache: Path) 
 
 
 def test_the_download_asks_for_the_revision_and_only_the_model_files(
-    cache: Path, monkeypatch: pytest.MonkeyPatch
+    cache: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     with stand_in_hub({"org/tiny": {**MODEL_FILES, **OTHER_FILES}}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
@@ -115,6 +115,7 @@ def test_the_download_asks_for_the_revision_and_only_the_model_files(
     assert paths[0] == "/api/models/org/tiny/revision/v2"
     fetched = {p.rsplit("/", 1)[1] for p in paths if "/resolve/" in p}
     assert fetched == set(MODEL_FILES)
+    assert f"Fetching {len(MODEL_FILES)} files" in capfd.readouterr().err  # huggingface_hub's progress bar
 
 
 def test_the_token_from_the_hermes_env_file_goes_in_the_header_and_nowhere_else(
@@ -158,4 +159,15 @@ def test_a_start_with_an_uncached_id_offline_is_refused_before_anything_is_creat
     asyncio.run(api.rl_select_environment("arithmetic"))
     with pytest.raises(ConfigError, match=f"trainer.base_model: '{model}' is not in the hub cache"):
         asyncio.run(api.rl_start_training(**{"trainer.base_model": model}))
+    assert not home.runs_dir().exists() or not any(home.runs_dir().iterdir())
+
+
+def test_a_start_with_a_misspelt_id_is_refused_before_anything_is_created(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asyncio.run(api.rl_select_environment("arithmetic"))
+    with stand_in_hub({"org/tiny": MODEL_FILES}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        with pytest.raises(ConfigError, match="trainer.base_model: 'org/tinyy' is neither a local directory nor a"):
+            asyncio.run(api.rl_start_training(**{"trainer.base_model": "org/tinyy"}))
     assert not home.runs_dir().exists() or not any(home.runs_dir().iterdir())
