@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup warm-up side-envs main test test-learning lint typecheck docs unit e2e browser bench clean
+.PHONY: setup warm-up side-envs main test test-learning lint typecheck docs unit e2e browser bench dist clean
 
 setup: $(STAMP)
 
@@ -86,5 +86,11 @@ $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]" "$(TORCH_PIN)"
 	touch $(BENCH_STAMP)
 
+# The release files: the sdist, then a wheel built from it (python -m build), their metadata checked by twine.
+dist: setup
+	rm -rf dist
+	$(PY) -m build
+	$(VENV)/bin/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) .venvs out site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venvs out site dist .pytest_cache .mypy_cache .ruff_cache

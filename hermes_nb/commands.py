@@ -196,11 +196,18 @@ COMMANDS: tuple[Command, ...] = (
         magic="rl_edit", cli="edit",
     ),
     Command(
-        "rl_load_config", SELECTION, "Apply a YAML config file (configs/quick_test.yaml ...).",
-        (Argument("path", "the YAML file: sections env, trainer, wandb; optional environment: NAME", metavar="file"),),
-        cli="load",
+        "rl_load_config", SELECTION, "Apply a YAML config file (configs/quick_test.yaml ...) or a shipped config "
+        "by name (quickstart).",
+        (Argument("path", "the YAML file (sections env, trainer, wandb; optional environment: NAME) or a shipped "
+                  "config's name", metavar="file"),),
+        magic="rl_load", cli="load",
     ),
     Command("rl_reset_config", SELECTION, "Reset the config to the environment's defaults.", cli="reset"),
+    Command(
+        "copy_examples", "hermes_nb.selection.examples", "Copy the example notebooks into a directory to run them.",
+        (Argument("directory", "where to copy them (made if missing)", metavar="DIR"),),
+        cli="examples", export=False, tool=False,
+    ),
     Command(
         "rl_start_training", RUNS, "Start a training run of the selected environment with the current config.",
         (

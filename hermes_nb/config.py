@@ -126,7 +126,8 @@ class TrainerConfig(BaseModel):
         default=EMBEDDED_BASE_MODEL,
         description=(
             "'embedded' (the tiny model shipped with hermes-nb), 'embedded-chat' (the shipped chat model for agent "
-            "environments), a local model directory, or a Tinker model."
+            "environments), a local model directory, a hub id (org/name or org/name@revision, downloaded once "
+            "into the hub cache), or a Tinker model."
         ),
     )
     learning_rate: float = Field(default=4e-5, gt=0, le=1.0, description="Adam learning rate.")
@@ -194,7 +195,8 @@ class TrainerConfig(BaseModel):
     )
     reference_model: str | None = Field(
         default=None,
-        description="The frozen reference of the KL penalty: a run id, a checkpoint path or a model directory. "
+        description="The frozen reference of the KL penalty: a run id, a checkpoint path, a model directory or a hub "
+        "id (org/name). "
         "None: the weights the run starts from (a LoRA run: its base with the adapters off, no second copy).",
     )
     lr_scheduler_type: LRSchedule = Field(
@@ -259,7 +261,8 @@ class TrainerConfig(BaseModel):
         description="Recompute activations in the backward pass: less memory, more compute (local backend).",
     )
     pretrained_model_path: str | None = Field(
-        default=None, description="Start from these weights: a run id, a checkpoint path or a model directory."
+        default=None,
+        description="Start from these weights: a run id, a checkpoint path, a model directory or a hub id (org/name).",
     )
     resume_from: str | None = Field(default=None, description="Continue this stopped or failed run (run id).")
     transfer_learning: bool = Field(default=False, description="Mix a previous run's trajectories into training.")

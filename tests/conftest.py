@@ -22,7 +22,7 @@ def hermes_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     # Each test starts its runs cold (its own home, its own environment: no warm kit could serve the next test
     # anyway); tests/e2e/test_warm_start.py turns warm starts on.
     monkeypatch.setenv("HERMES_NB_WARM_START", "0")
-    for key in ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY"):
+    for key in ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "HF_TOKEN"):
         monkeypatch.delenv(key, raising=False)
     yield home
 

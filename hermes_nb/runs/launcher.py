@@ -27,6 +27,7 @@ from hermes_nb.runs.transfer import resolve_transfer
 from hermes_nb.system import home, secrets
 from hermes_nb.system.devices import check_device
 from hermes_nb.system.home import run_paths
+from hermes_nb.system.hub import hub_snapshots
 from hermes_nb.system.processes import spawn_group
 from hermes_nb.trainer.backend import model_dir_for
 
@@ -176,6 +177,8 @@ def spawn_detached(what: str, module: str, key: str, log_path: Path) -> None:
 def start_run(config: RunConfig) -> tuple[RunConfig, RunState, RunPaths]:
     """Validate, lay out, and launch. Returns the resolved config, the initial state and the paths."""
     home.load_keys()
+    # Hub ids -> snapshot directories, downloaded now: every process of the run reads the directory config.yaml names.
+    config = config.model_copy(update={"trainer": config.trainer.model_copy(update=hub_snapshots(config.trainer))})
     validate_for_start(config)
     config = resolve_transfer(config, base_model_dir(config.trainer.base_model))
     validate_trajectory_api(config)  # after resolve_transfer: it sets the step the run starts from

@@ -68,7 +68,8 @@ async def rl_reset_config() -> ConfigView:
 
 
 async def rl_load_config(path: str | Path) -> EditResult:
-    """Apply a YAML config file (sections ``env``, ``trainer``, ``wandb``; optional ``environment: NAME``).
+    """Apply a YAML config file (sections ``env``, ``trainer``, ``wandb``; optional ``environment: NAME``), or a
+    shipped config by name (``rl_load_config("quickstart")``).
 
     The file's values are edits on top of the current config, with the same validation, all-or-nothing.
     Locked fields in the file (a saved run's ``config.yaml`` has them) are not applied and are listed in
@@ -109,13 +110,16 @@ async def _find_environment(name: str) -> EnvironmentInfo:
 
 
 def _config_path(path: Path) -> Path:
-    """``path``, or for a relative path that does not exist here, the same path in the project or configs/."""
+    """``path``, or for a relative path that does not exist here, the same path in the project, or a shipped
+    config by file name or by name (``quickstart`` for ``configs/quickstart.yaml``)."""
     if path.is_absolute() or path.exists():
         return path
-    for candidate in (home.PROJECT_ROOT / path, home.shipped_configs_dir() / path.name):
+    shipped = home.shipped_configs_dir()
+    for candidate in (home.PROJECT_ROOT / path, shipped / path.name, shipped / f"{path.name}.yaml"):
         if candidate.is_file():
             return candidate
-    return path
+    names = ", ".join(home.shipped_config_names())
+    raise ConfigError(f"config {str(path)!r} is neither a file nor a shipped config; shipped configs: {names}")
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:

@@ -8,6 +8,7 @@ logs in ``<home>/logs``. Keys come from the process environment first, then ``<h
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
 from hermes_nb.protocol.run_files import ARCHIVE_DIR, LOGS_DIR, RUNS_DIR, SWEEPS_DIR, RunPaths
@@ -16,13 +17,16 @@ HOME_ENV_VAR = "HERMES_NB_HOME"
 ENV_PATH_VAR = "HERMES_NB_ENV_PATH"
 # The Python that reads and runs atroposlib environments (hermes_nb.atropos.interpreter); unset: this interpreter.
 ENV_PYTHON_VAR = "HERMES_NB_ENV_PYTHON"
-KNOWN_KEYS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY")
+# HF_TOKEN: gated and private hub models (hermes_nb/system/hub.py); huggingface_hub reads it from the environment.
+KNOWN_KEYS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "HF_TOKEN")
 
 # The hermes_nb package folder (it holds the shipped assets).
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
-# The repository (or installed tree) root: it holds the shipped environments/ and configs/ folders, and it is the
-# folder a child Python needs on its path to import hermes_nb.
+# The folder a child Python needs on its path to import hermes_nb: a clone's root, or site-packages.
 PROJECT_ROOT = PACKAGE_DIR.parent
+# The shipped environments/, configs/ and notebooks/ inside the package. In a clone (and an editable install) these
+# are links to the repository's folders, read live; the sdist and the wheel carry copies (pyproject.toml).
+SHIPPED_PACKAGE_DIR = "_shipped"
 
 
 def home_dir() -> Path:
@@ -56,12 +60,30 @@ def run_paths(run_id: str) -> RunPaths:
     return RunPaths.under(home_dir(), run_id)
 
 
+def _shipped(folder: str) -> Path:
+    """A shipped folder, found through the installed package (never the working directory).
+
+    Resolved, so that a clone reports the repository's own folder rather than the link to it.
+    """
+    return Path(str(resources.files("hermes_nb").joinpath(SHIPPED_PACKAGE_DIR, folder))).resolve()
+
+
 def shipped_environments_dir() -> Path:
-    return PROJECT_ROOT / "environments"
+    return _shipped("environments")
 
 
 def shipped_configs_dir() -> Path:
-    return PROJECT_ROOT / "configs"
+    return _shipped("configs")
+
+
+def shipped_notebooks_dir() -> Path:
+    """The example notebooks (``hermes-nb examples DIR`` copies them out)."""
+    return _shipped("notebooks")
+
+
+def shipped_config_names() -> list[str]:
+    """The shipped configs by the name ``rl_load_config`` takes (``quickstart`` for ``configs/quickstart.yaml``)."""
+    return sorted(path.stem for path in shipped_configs_dir().glob("*.yaml"))
 
 
 def embedded_base_model_dir() -> Path:

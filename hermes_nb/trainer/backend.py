@@ -76,7 +76,7 @@ def model_dir_for(base_model: str) -> Path:
     if not (path / "config.json").is_file():
         raise ConfigError(
             f"trainer.base_model: {base_model!r} -> {path} has no config.json; "
-            "accepted: 'embedded', 'embedded-chat' or a local Hugging Face model directory"
+            "accepted: 'embedded', 'embedded-chat', a local Hugging Face model directory or a hub id (org/name)"
         )
     return path
 
