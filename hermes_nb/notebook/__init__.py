@@ -1,7 +1,7 @@
 """The notebook layer: ``%rl_*`` magics, widgets (picker, config form, run monitor, rollout viewer), the
 live metrics plot.
 
-Magics and widgets hold no logic of their own. The magics are made from the command table (``hermes_nb.commands``);
+Magics and widgets hold no logic of their own. The magics are made from the command table (``hermes_nb.command_table``);
 widgets call the async ``rl_*`` commands through ``hermes_nb.syncio.run_sync``, and the config form the synchronous
 selection service (``hermes_nb.selection.service``). Importing this package pulls in ipywidgets and matplotlib,
 so ``hermes_nb`` imports it only when a notebook asks for it (``%load_ext hermes_nb``, ``hermes_nb.dashboard()``).
