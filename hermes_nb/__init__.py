@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from hermes_nb.env import ScoredDataGroup as ScoredDataGroup
     from hermes_nb.errors import HermesNBError as HermesNBError
     from hermes_nb.model_test.runner import rl_test_inference as rl_test_inference
-    from hermes_nb.notebook.dashboard import dashboard as dashboard
+    from hermes_nb.notebook.widgets.dashboard import dashboard as dashboard
     from hermes_nb.plotting import save_metrics_plot as save_metrics_plot
     from hermes_nb.protocol.sweep_state import StopRule as StopRule
     from hermes_nb.rollouts.commands import rl_get_samples as rl_get_samples

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_nb.notebook.dashboard import Dashboard, dashboard
-from hermes_nb.notebook.live_plot import LivePlot
 from hermes_nb.notebook.widgets.config_form import ConfigForm
+from hermes_nb.notebook.widgets.dashboard import Dashboard, dashboard
+from hermes_nb.notebook.widgets.live_plot import LivePlot
 from hermes_nb.notebook.widgets.monitor import RunMonitor
 from hermes_nb.notebook.widgets.picker import EnvironmentPicker
 from hermes_nb.notebook.widgets.samples import SamplesViewer

@@ -24,7 +24,7 @@ from hermes_nb import command_table
 from hermes_nb.command_table import Command
 from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook import kernel_runs
-from hermes_nb.notebook.live_plot import DEFAULT_REFRESH_INTERVAL_S
+from hermes_nb.notebook.widgets.live_plot import DEFAULT_REFRESH_INTERVAL_S
 from hermes_nb.notebook.widgets.monitor import DEFAULT_STATUS_INTERVAL_S
 from hermes_nb.syncio import run_sync
 from hermes_nb.system import home

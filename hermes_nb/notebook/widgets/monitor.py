@@ -15,8 +15,8 @@ import ipywidgets as widgets
 
 from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook import kernel_runs
-from hermes_nb.notebook.refresher import Refresher
 from hermes_nb.notebook.widgets.log_view import log_html, tail_lines
+from hermes_nb.notebook.widgets.refresher import Refresher
 from hermes_nb.results import format_duration
 from hermes_nb.runs.results import RunStatus, StartResult
 from hermes_nb.syncio import run_sync

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 import ipywidgets as widgets
 
 from hermes_nb.errors import HermesNBError
-from hermes_nb.notebook.live_plot import LivePlot
-from hermes_nb.notebook.refresher import Refresher
+from hermes_nb.notebook.widgets.live_plot import LivePlot
+from hermes_nb.notebook.widgets.refresher import Refresher
 from hermes_nb.plotting.sources import RunFilesSource
 from hermes_nb.protocol.run_state import TERMINAL_STATUSES
 from hermes_nb.runs.commands import rl_compare_runs, rl_delete_run
