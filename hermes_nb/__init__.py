@@ -2,7 +2,8 @@
 
 ``%load_ext hermes_nb`` registers the ``%rl_*`` magics; ``await hermes_nb.rl_list_environments()`` and the other
 ``rl_*`` coroutines are the core API; ``hermes_nb.run_sync(coro)`` runs one from synchronous code. The ``rl_*``
-names come from the command table (``hermes_nb.commands``), which also makes the magics, the CLI and the agent tools.
+names come from the command table (``hermes_nb.command_table``), which also makes the magics, the CLI and the agent
+tools.
 Every name is imported on first use (module ``__getattr__``), so ``import hermes_nb`` stays fast and pulls in
 neither pydantic models nor torch, wandb or the notebook stack.
 """
@@ -12,11 +13,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from hermes_nb import commands as _commands
+from hermes_nb import command_table as _command_table
 
 __version__ = "0.1.0"
 
-# The rl_* commands are exported from the command table (hermes_nb.commands); the other public names, each the
+# The rl_* commands are exported from the command table (hermes_nb.command_table); the other public names, each the
 # module that defines it:
 _EXPORTS: dict[str, str] = {
     "HermesNBError": "hermes_nb.errors",
@@ -29,7 +30,7 @@ _EXPORTS: dict[str, str] = {
     "dashboard": "hermes_nb.notebook",
     "save_metrics_plot": "hermes_nb.plotting",
 }
-_COMMANDS: dict[str, str] = {command.name: command.module for command in _commands.exported()}
+_COMMANDS: dict[str, str] = {command.name: command.module for command in _command_table.exported()}
 
 __all__ = sorted([*_COMMANDS, *_EXPORTS, "__version__", "load_ipython_extension"])
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from hermes_nb.env import ScoredDataGroup as ScoredDataGroup
     from hermes_nb.errors import HermesNBError as HermesNBError
     from hermes_nb.model_test.runner import rl_test_inference as rl_test_inference
-    from hermes_nb.notebook.dashboard import dashboard as dashboard
+    from hermes_nb.notebook.widgets.dashboard import dashboard as dashboard
     from hermes_nb.plotting import save_metrics_plot as save_metrics_plot
     from hermes_nb.protocol.sweep_state import StopRule as StopRule
     from hermes_nb.rollouts.commands import rl_get_samples as rl_get_samples

@@ -2,7 +2,7 @@
 
 Call with ``await rl_list_environments()`` in a notebook cell or any coroutine; from synchronous code use
 ``hermes_nb.run_sync(rl_list_environments())``. Each command is declared once, in the command table
-(``hermes_nb.commands``), which names the module that defines it: selection and config in
+(``hermes_nb.command_table``), which names the module that defines it: selection and config in
 ``hermes_nb.selection.commands``, the run lifecycle and the runs table in
 ``hermes_nb.runs.commands``, sweeps in ``hermes_nb.runs.sweep_commands``, ``rl_test_inference`` in
 ``hermes_nb.model_test.runner``, ``rl_get_samples`` in ``hermes_nb.rollouts.commands``; none of those imports this
@@ -12,7 +12,7 @@ The imports are written out for type checkers; ``tests/unit/test_command_table.p
 
 from __future__ import annotations
 
-from hermes_nb import commands
+from hermes_nb import command_table
 from hermes_nb.model_test.runner import rl_test_inference as rl_test_inference
 from hermes_nb.rollouts.commands import rl_get_samples as rl_get_samples
 from hermes_nb.runs.commands import rl_check_status as rl_check_status
@@ -37,5 +37,5 @@ from hermes_nb.selection.current import current_run_config as current_run_config
 from hermes_nb.selection.current import current_state as current_state
 from hermes_nb.selection.current import ensure_started as ensure_started
 
-__all__ = sorted([*(command.name for command in commands.exported()), "current_run_config", "current_state",
+__all__ = sorted([*(command.name for command in command_table.exported()), "current_run_config", "current_state",
                   "ensure_started"])  # fmt: skip

@@ -5,7 +5,7 @@
 
 ``hermes-nb --help`` lists the subcommands, ``hermes-nb start --help`` one's arguments. ``--json`` prints the
 result's ``to_dict()``. A user error prints one line to stderr and exits with 2. The subcommands are made from the
-command table (``hermes_nb.commands``): each parses its arguments, calls the core and prints the result; only a
+command table (``hermes_nb.command_table``): each parses its arguments, calls the core and prints the result; only a
 command that starts a run (``starts_run``) prints differently: the run's id alone on stdout, and with ``--wait``
 it follows the run to its end (exit 1 if it failed).
 """
@@ -19,8 +19,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from hermes_nb import commands
-from hermes_nb.commands import Command
+from hermes_nb import command_table
+from hermes_nb.command_table import Command
 from hermes_nb.errors import HermesNBError
 
 EXIT_USER_ERROR = 2
@@ -36,7 +36,7 @@ def build_parser(table: Sequence[Command] | None = None) -> argparse.ArgumentPar
     common.add_argument("--json", action="store_true", help="print the result as JSON")
     parser = argparse.ArgumentParser(prog="hermes-nb", description="RL training of language models, from Jupyter.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in commands.subcommands() if table is None else table:
+    for command in command_table.subcommands() if table is None else table:
         sub_parser = sub.add_parser(str(command.cli), help=command.help, description=command.help, parents=[common])
         for argument in command.arguments_for("cli"):
             argument.add_to(sub_parser)

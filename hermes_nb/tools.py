@@ -2,7 +2,7 @@
 
 Each tool is ``async``, as the Hermes Agent RL training tool's are, so an agent calls it the same way; it
 answers ``result.to_dict()`` as JSON, or ``{"error": "..."}`` for a user mistake (``HermesNBError``). The tools are
-made from the command table (``hermes_nb.commands``, the commands with ``tool=True``): ``tools.rl_edit_config``, or
+made from the command table (``hermes_nb.command_table``, the commands with ``tool=True``): ``tools.rl_edit_config``, or
 every one by name from ``all_tools()``. Each is built on first use, so importing this module imports no core.
 """
 
@@ -13,7 +13,7 @@ import json
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec
 
-from hermes_nb import commands
+from hermes_nb import command_table
 from hermes_nb.errors import HermesNBError
 
 P = ParamSpec("P")
@@ -42,16 +42,16 @@ def json_tool(core: Callable[P, Awaitable[Any]]) -> Callable[P, Coroutine[Any, A
 
 @functools.cache
 def _tool(name: str) -> Tool:
-    command = next(command for command in commands.tools() if command.name == name)
+    command = next(command for command in command_table.tools() if command.name == name)
     return json_tool(command.core())
 
 
 def all_tools() -> dict[str, Tool]:
     """Name -> tool, for agent frameworks that register tools from a mapping (every tool command of the table)."""
-    return {command.name: _tool(command.name) for command in commands.tools()}
+    return {command.name: _tool(command.name) for command in command_table.tools()}
 
 
 def __getattr__(name: str) -> Tool:
-    if name not in {command.name for command in commands.tools()}:
+    if name not in {command.name for command in command_table.tools()}:
         raise AttributeError(f"module 'hermes_nb.tools' has no attribute {name!r}")
     return _tool(name)

@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     # Set before hermes_nb reads it: this process and the notebook's kernel share the one home.
     os.environ["HERMES_NB_HOME"] = str(home_dir)
     from hermes_nb.api import rl_get_results
-    from hermes_nb.notebook.headless import execute_notebook
-    from hermes_nb.notebook.terminal_progress import display_for, show_progress
+    from hermes_nb.notebook.headless.execution import execute_notebook
+    from hermes_nb.notebook.headless.terminal_progress import display_for, show_progress
     from hermes_nb.plotting.plot import save_metrics_plot
     from hermes_nb.runs.registry import known_run_ids
 

@@ -1,4 +1,4 @@
-"""The ``%rl_*`` magics, made from the command table (``hermes_nb.commands``): parse the line, call the core
+"""The ``%rl_*`` magics, made from the command table (``hermes_nb.command_table``): parse the line, call the core
 (through ``run_sync`` when it is a coroutine), return its result for the cell to show.
 
 No magic has a body of its own, so anything a magic does, ``await rl_*()`` does too. A user mistake
@@ -20,11 +20,11 @@ from IPython.core.magic import Magics, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser
 from traitlets import Float, Unicode, observe
 
-from hermes_nb import commands
-from hermes_nb.commands import Command
+from hermes_nb import command_table
+from hermes_nb.command_table import Command
 from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook import kernel_runs
-from hermes_nb.notebook.live_plot import DEFAULT_REFRESH_INTERVAL_S
+from hermes_nb.notebook.widgets.live_plot import DEFAULT_REFRESH_INTERVAL_S
 from hermes_nb.notebook.widgets.monitor import DEFAULT_STATUS_INTERVAL_S
 from hermes_nb.syncio import run_sync
 from hermes_nb.system import home
@@ -126,7 +126,7 @@ def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext hermes_nb``: register the magics and make ``%config HermesNB`` know the options."""
     options = HermesNB(shell=ipython)
     ipython.register_magics(options)
-    for command in commands.magics():
+    for command in command_table.magics():
         ipython.register_magic_function(command_magic(command, options), "line", command.magic)
     # Loading twice replaces the instance, so %config sets the options of the magics that run.
     ipython.configurables[:] = [c for c in ipython.configurables if not isinstance(c, HermesNB)] + [options]

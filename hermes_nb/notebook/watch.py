@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hermes_nb.notebook import kernel_runs
-from hermes_nb.notebook.live_plot import DEFAULT_REFRESH_INTERVAL_S, LivePlot
+from hermes_nb.notebook.widgets.live_plot import DEFAULT_REFRESH_INTERVAL_S, LivePlot
 
 
 def watch(

@@ -1,7 +1,8 @@
 """The async run-lifecycle commands (`rl_start_training` ...) of the public surface; ``hermes_nb.api`` re-exports them.
 
-The work is blocking file and process handling, so each call runs it in a worker thread: a notebook's event
-loop (and the widgets refreshing on it) is never blocked by a stop that waits for a final checkpoint.
+They are the async face of the synchronous run service (``runs/service.py``, which the widgets call) and of the
+run readers (history, notes). The work is blocking file and process handling, so each call runs it in a worker
+thread: a notebook's event loop is never blocked by a stop that waits for a final checkpoint.
 """
 
 from __future__ import annotations
@@ -10,31 +11,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from hermes_nb.config import InfraConfig, RunConfig
-from hermes_nb.errors import NoEnvironmentSelectedError
-from hermes_nb.runs import compare, history, launcher, notes, removal, status, stop, transfer
+from hermes_nb.runs import history, notes, service
 from hermes_nb.runs.compare_results import RemovalResult, RunsTable, TagResult
 from hermes_nb.runs.registry import resolve_run
 from hermes_nb.runs.results import LogTail, RunList, RunResults, RunStatus, StartResult, StopResult
-from hermes_nb.selection import editing, session
-from hermes_nb.selection.discovery import EnvironmentInfo
-from hermes_nb.selection.schema import read_schema
-from hermes_nb.selection.session import SessionState
-
-
-async def _resume_state(run_id: str) -> SessionState:
-    """The config of the run to resume (its environment, env, trainer and W&B settings), fresh infrastructure."""
-    source = RunConfig.load(resolve_run(run_id).config)
-    env = source.environment
-    if env is None:
-        raise NoEnvironmentSelectedError(f"trainer.resume_from: run {run_id} has no environment in its config")
-    trainer = source.trainer.model_copy(
-        update={"resume_from": run_id, "pretrained_model_path": None, "transfer_learning": False}
-    )
-    config = source.model_copy(update={"infra": InfraConfig(), "trainer": trainer})
-    config = config.model_copy(update={"wandb": config.wandb.model_copy(update={"run_name": None})})
-    info = EnvironmentInfo(name=env.name, class_name=env.class_name, file=env.file, description="", config_class="")
-    return SessionState(environment=info, env_schema=await read_schema(env.file, env.class_name), config=config)
 
 
 async def rl_start_training(resume_from: str | None = None, **overrides: Any) -> StartResult:
@@ -45,34 +25,17 @@ async def rl_start_training(resume_from: str | None = None, **overrides: Any) ->
     ``resume_from=<run id>`` continues that stopped or failed run from its last checkpoint, with its config and
     optimizer state; step numbers continue (raise ``total_steps`` to go further than it was to go).
     """
-    state = await _resume_state(resume_from) if resume_from else session.load()
-    if state.config.environment is None:
-        raise NoEnvironmentSelectedError(f"no environment selected: {editing.SELECT_FIRST}")
-    if overrides:
-        state, _, _ = editing.apply_edits(state, overrides)
-    resolved, run_state, paths = await asyncio.to_thread(launcher.start_run, state.config)
-    damaged = await asyncio.to_thread(transfer.resume_damage, resume_from) if resume_from else []
-    return StartResult(
-        run_id=run_state.run_id,
-        status=run_state.status,
-        environment=run_state.environment,
-        run_dir=str(paths.run_dir),
-        logs={name: str(path) for name, path in paths.logs.items()},
-        wandb_project=resolved.wandb.project,
-        wandb_run_name=resolved.wandb.run_name or "",
-        total_steps=run_state.total_steps,
-        damaged=damaged,
-    )
+    return await asyncio.to_thread(service.start_training, resume_from, **overrides)
 
 
 async def rl_check_status(run_id: str | None = None) -> RunStatus:
     """Status of a run (the newest when ``run_id`` is None): processes, progress, latest metrics, errors."""
-    return await asyncio.to_thread(status.check_status, run_id)
+    return await asyncio.to_thread(service.check_status, run_id)
 
 
 async def rl_stop_training(run_id: str | None = None, wait: bool = True) -> StopResult:
     """Stop a run gracefully (final checkpoint first); idempotent."""
-    return await asyncio.to_thread(stop.stop_run, run_id, wait=wait)
+    return await asyncio.to_thread(service.stop_training, run_id, wait)
 
 
 async def rl_list_runs() -> RunList:
@@ -112,7 +75,7 @@ async def rl_compare_runs(
     steps, wall time, sweep and note. ``sort_by``: ``created``, ``best_eval``, ``last_eval``, ``best_reward``,
     ``last_reward``, ``steps``, ``wall``, ``run``, ``status``, ``environment``, ``sweep`` or ``note`` (best and
     newest first unless ``descending`` says otherwise). Each row's ``label`` names what varies: ``lr=3e-4, group=8``."""
-    return await asyncio.to_thread(compare.compare_runs, runs, baseline, sort_by, descending, sweep)
+    return await asyncio.to_thread(service.compare_runs, runs, baseline, sort_by, descending, sweep)
 
 
 async def rl_tag_run(run_id: str, note: str) -> TagResult:
@@ -124,4 +87,4 @@ async def rl_tag_run(run_id: str, note: str) -> TagResult:
 async def rl_delete_run(run_id: str, confirm: bool = False, archive: bool = False) -> RemovalResult:
     """Delete a run's directory and its logs (``archive=True``: move them to ``<home>/archive``). Never a live run.
     Without ``confirm=True`` nothing changes: the answer lists what would go."""
-    return await asyncio.to_thread(removal.remove_run, run_id, confirm=confirm, archive=archive)
+    return await asyncio.to_thread(service.delete_run, run_id, confirm, archive)

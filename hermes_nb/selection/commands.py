@@ -2,24 +2,23 @@
 run config (``rl_list_environments`` ... ``rl_load_config``); ``hermes_nb.api`` re-exports them.
 
 State (the selected environment and its config) lives in ``hermes_nb.selection.session`` and is shared with the CLI
-and other processes. Reading, editing and resetting the config are the synchronous ``selection.service``; these
-coroutines are its async face, and add what does wait: the scan of the search path and the schema read in a child
-process.
+and other processes. Listing and selecting environments, reading, editing and resetting the config are the
+synchronous ``selection.service``; these
+coroutines are its async face, each call that waits (the scan of the search path, the schema read in a child
+process) in a worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import difflib
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from hermes_nb.config import LOCKED_FIELDS
-from hermes_nb.errors import ConfigError, UnknownEnvironmentError
-from hermes_nb.frameworks import registry
-from hermes_nb.selection import discovery, editing, service, session
+from hermes_nb.errors import ConfigError
+from hermes_nb.selection import editing, service, session
 from hermes_nb.selection.current import ensure_started
 from hermes_nb.selection.discovery import EnvironmentInfo
 from hermes_nb.selection.results import ConfigView, EditResult, EnvironmentList, SelectionResult
@@ -30,21 +29,12 @@ from hermes_nb.system import home
 
 async def rl_list_environments() -> EnvironmentList:
     """Every environment on the search path (shipped + ``HERMES_NB_ENV_PATH``), and files that failed to parse."""
-    ensure_started()
-    environments, errors = await asyncio.to_thread(discovery.scan)
-    return EnvironmentList(environments=environments, errors=errors)
+    return await asyncio.to_thread(service.list_environments)
 
 
 async def rl_select_environment(name: str) -> SelectionResult:
     """Select ``name`` and load its default config (read in a child process; the caller never imports it)."""
-    ensure_started()
-    info = await _find_environment(name)
-    env_schema = await read_schema(info.file, info.class_name, framework=info.framework)
-    with EDIT_LOCK:
-        state = editing.selected_state(session.load(), info, env_schema)
-        session.save(state)
-    view = editing.build_view(state)
-    return SelectionResult(environment=info, config=view, message=f"Selected environment: {_described(info)}")
+    return await asyncio.to_thread(service.select_environment, name)
 
 
 async def rl_get_current_config() -> ConfigView:
@@ -90,25 +80,6 @@ async def rl_load_config(path: str | Path) -> EditResult:
     )
 
 
-def _described(info: EnvironmentInfo) -> str:
-    """The name, as its framework names it (an atroposlib one: with the Python that runs it)."""
-    return registry.adapter(info.framework).described(info.name)
-
-
-async def _find_environment(name: str) -> EnvironmentInfo:
-    environments, _ = await asyncio.to_thread(discovery.scan)
-    for info in environments:
-        if info.name == name:
-            return info
-    names = [e.name for e in environments]
-    if not names:
-        dirs = ", ".join(str(p) for p in home.environment_search_path())
-        raise UnknownEnvironmentError(f"unknown environment {name!r}: no environments found in {dirs}")
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
-    hint = f"; closest: {', '.join(close)}" if close else ""
-    raise UnknownEnvironmentError(f"unknown environment {name!r}{hint}; available: {', '.join(sorted(names))}")
-
-
 def _config_path(path: Path) -> Path:
     """``path``, or for a relative path that does not exist here, the same path in the project, or a shipped
     config by file name or by name (``quickstart`` for ``configs/quickstart.yaml``)."""
@@ -149,7 +120,7 @@ async def _selection_from_file(data: dict[str, Any], source: str) -> tuple[Envir
         return None
     if not isinstance(wanted, str):
         raise ConfigError(f"config file {source}: 'environment' must be an environment name")
-    info = await _find_environment(wanted)
+    info = await asyncio.to_thread(service.find_environment, wanted)
     return info, await read_schema(info.file, info.class_name, framework=info.framework)
 
 

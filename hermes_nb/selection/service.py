@@ -1,22 +1,29 @@
-"""The synchronous selection service: read, edit and reset the session's config, each change under one lock.
+"""The synchronous selection service: list and select environments; read, edit and reset the session's config,
+each change under one lock.
 
-Nothing here waits on I/O worth a thread (the session file is small and local), so nothing here is async: the
-``rl_*`` config commands (``selection/commands.py``) are thin async faces over it, and the config form calls it
-directly from a button's callback. ``apply_checked`` is the form's Apply: one validation of every edit together,
-and only when that refuses, a check of each edit alone to put each refusal beside its own field.
+Nothing here is async: the ``rl_*`` selection commands (``selection/commands.py``) are thin async faces over it
+(what waits, the scan of the search path and the schema read in a child process, they run in a worker thread), and
+the picker and the config form call it directly from a button's callback. ``apply_checked`` is the form's Apply:
+one validation of every edit together, and only when that refuses, a check of each edit alone to put each refusal
+beside its own field.
 """
 
 from __future__ import annotations
 
+import difflib
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_nb.errors import ConfigError, HermesNBError
-from hermes_nb.selection import editing, session
+from hermes_nb.errors import ConfigError, HermesNBError, UnknownEnvironmentError
+from hermes_nb.frameworks import registry
+from hermes_nb.selection import discovery, editing, session
 from hermes_nb.selection.current import ensure_started
-from hermes_nb.selection.results import ConfigView, EditResult
+from hermes_nb.selection.discovery import EnvironmentInfo
+from hermes_nb.selection.results import ConfigView, EditResult, EnvironmentList, SelectionResult
+from hermes_nb.selection.schema import read_schema_sync
 from hermes_nb.selection.session import SessionState
+from hermes_nb.system import home
 
 # Serialises read-modify-write of the session within this process (the notebook, a widget thread, run_sync).
 EDIT_LOCK = threading.Lock()
@@ -29,6 +36,45 @@ class CheckedEdit:
     applied: EditResult | None = None
     refused: dict[str, str] = field(default_factory=dict)  # field -> why, each refused on its own
     message: str = ""  # a refusal no single field explains (a rule across fields)
+
+
+def list_environments() -> EnvironmentList:
+    """Every environment on the search path (shipped + ``HERMES_NB_ENV_PATH``), and files that failed to parse."""
+    ensure_started()
+    environments, errors = discovery.scan()
+    return EnvironmentList(environments=environments, errors=errors)
+
+
+def select_environment(name: str) -> SelectionResult:
+    """Select ``name`` and load its default config (read in a child process; the caller never imports it)."""
+    ensure_started()
+    info = find_environment(name)
+    env_schema = read_schema_sync(info.file, info.class_name, framework=info.framework)
+    with EDIT_LOCK:
+        state = editing.selected_state(session.load(), info, env_schema)
+        session.save(state)
+    view = editing.build_view(state)
+    return SelectionResult(environment=info, config=view, message=f"Selected environment: {_described(info)}")
+
+
+def find_environment(name: str) -> EnvironmentInfo:
+    """The environment called ``name`` on the search path; refused naming the closest names and those there are."""
+    environments, _ = discovery.scan()
+    for info in environments:
+        if info.name == name:
+            return info
+    names = [e.name for e in environments]
+    if not names:
+        dirs = ", ".join(str(p) for p in home.environment_search_path())
+        raise UnknownEnvironmentError(f"unknown environment {name!r}: no environments found in {dirs}")
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    hint = f"; closest: {', '.join(close)}" if close else ""
+    raise UnknownEnvironmentError(f"unknown environment {name!r}{hint}; available: {', '.join(sorted(names))}")
+
+
+def _described(info: EnvironmentInfo) -> str:
+    """The name, as its framework names it (an atroposlib one: with the Python that runs it)."""
+    return registry.adapter(info.framework).described(info.name)
 
 
 def config_view() -> ConfigView:

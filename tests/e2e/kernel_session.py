@@ -8,7 +8,7 @@ from typing import Any
 
 from jupyter_client.manager import KernelManager
 
-from hermes_nb.notebook.headless import KERNEL_START_TIMEOUT_S, kernel_manager_config
+from hermes_nb.notebook.headless.execution import KERNEL_START_TIMEOUT_S, kernel_manager_config
 
 # The first cell imports hermes-nb and loads the extension; on two busy cores that alone can take a minute.
 DEFAULT_CELL_TIMEOUT_S = 300.0

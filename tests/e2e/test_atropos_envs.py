@@ -28,7 +28,7 @@ from hermes_nb.api import (
     rl_start_training,
     rl_stop_training,
 )
-from hermes_nb.notebook.headless import execute_notebook, png_outputs
+from hermes_nb.notebook.headless.execution import execute_notebook, png_outputs
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.recorded_batches import read_trajectories
 from hermes_nb.protocol.run_files import TRAJECTORIES_FILE

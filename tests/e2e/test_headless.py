@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from hermes_nb.notebook.headless import CellProgress, execute_notebook
+from hermes_nb.notebook.headless.execution import CellProgress, execute_notebook
 
 pytestmark = pytest.mark.e2e
 
@@ -51,7 +51,7 @@ def test_the_kernel_starts_without_the_plain_text_transport_warning(tmp_path: Pa
     # The kernel inherits the stderr of the process executing the notebook: run that in a child to read it.
     script = (
         "import sys\n"
-        "from hermes_nb.notebook.headless import execute_notebook\n"
+        "from hermes_nb.notebook.headless.execution import execute_notebook\n"
         "execution = execute_notebook(sys.argv[1], sys.argv[2])\n"
         "sys.exit(0 if execution.ok else 1)\n"
     )

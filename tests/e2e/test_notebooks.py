@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from hermes_nb.api import rl_get_results, rl_stop_training
-from hermes_nb.notebook.headless import error_outputs, execute_notebook, png_outputs
+from hermes_nb.notebook.headless.execution import error_outputs, execute_notebook, png_outputs
 from hermes_nb.runs.registry import known_run_ids
 from hermes_nb.runs.results import RunResults
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from hermes_nb.notebook.live_plot import on_drawing_thread
+from hermes_nb.notebook.widgets.live_plot import on_drawing_thread
 from hermes_nb.system.footprint import footprint, leaks
 
 

@@ -18,8 +18,8 @@ import hermes_nb.model_test.runner
 import hermes_nb.runs.commands
 from hermes_nb.api import rl_get_current_config
 from hermes_nb.notebook import kernel_runs
-from hermes_nb.notebook.live_plot import LivePlot
 from hermes_nb.notebook.magics import HermesNB
+from hermes_nb.notebook.widgets.live_plot import LivePlot
 from hermes_nb.protocol.run_state import ProcessRecord
 from hermes_nb.runs.commands import rl_tail_logs
 from hermes_nb.runs.results import LogTail, RunStatus, StartResult

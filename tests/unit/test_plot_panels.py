@@ -15,7 +15,7 @@ from PIL import Image
 from plot_checks import assert_same_as_a_full_draw
 
 from hermes_nb.errors import HermesNBError
-from hermes_nb.notebook.live_plot import LivePlot
+from hermes_nb.notebook.widgets.live_plot import LivePlot
 from hermes_nb.plotting import (
     DEFAULT_PANELS,
     PANEL_CHOICES,

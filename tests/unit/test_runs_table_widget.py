@@ -7,7 +7,7 @@ import ipywidgets as widgets
 import pytest
 from run_dirs import MID, NEW, OLD, make_run, write_three_runs
 
-from hermes_nb.notebook.runs_table import RunsTableWidget
+from hermes_nb.notebook.widgets.runs_table import RunsTableWidget
 
 
 @pytest.fixture

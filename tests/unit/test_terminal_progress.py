@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from run_dirs import OTHER_ID, STEP_SECONDS, eval_row, trainer_row, write_rows, write_state
 
-from hermes_nb.notebook.headless import CellProgress
-from hermes_nb.notebook.terminal_progress import (
+from hermes_nb.notebook.headless.execution import CellProgress
+from hermes_nb.notebook.headless.terminal_progress import (
     LOG_INTERVAL_S,
     LogDisplay,
     RunFollower,

@@ -18,7 +18,7 @@ import psutil
 import pytest
 from notebook_runs import append_trainer_rows, make_run, set_status
 
-import hermes_nb.runs.commands
+import hermes_nb.runs.service
 from hermes_nb.api import rl_edit_config, rl_get_current_config, rl_select_environment
 from hermes_nb.notebook import Dashboard, kernel_runs
 from hermes_nb.notebook.widgets.config_form import ConfigForm
@@ -328,14 +328,14 @@ def test_the_log_tail_shows_a_progress_bar_as_its_last_state() -> None:
 
 
 def test_start_button_starts_a_run_and_follows_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def fake_start(**overrides: Any) -> StartResult:  # launching processes is the e2e tests' job
+    def fake_start(**overrides: Any) -> StartResult:  # launching processes is the e2e tests' job
         make_run(RUN, total_steps=5)
         return StartResult(
             run_id=RUN, status="starting", environment="arithmetic", run_dir="", logs={},
             wandb_project="p", wandb_run_name="r", total_steps=5,
         )  # fmt: skip
 
-    monkeypatch.setattr(hermes_nb.runs.commands, "rl_start_training", fake_start)
+    monkeypatch.setattr(hermes_nb.runs.service, "start_training", fake_start)
     monitor = RunMonitor(interval_s=FAST_S)
     started: list[str] = []
     monitor.on_start(lambda result: started.append(result.run_id))

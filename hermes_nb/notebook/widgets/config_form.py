@@ -20,7 +20,6 @@ from typing import Any
 import ipywidgets as widgets
 
 from hermes_nb.errors import HermesNBError
-from hermes_nb.notebook.refresher import Refresher
 from hermes_nb.notebook.widgets.fields import (
     ERROR_LAYOUT,
     HINT_LAYOUT,
@@ -39,6 +38,7 @@ from hermes_nb.notebook.widgets.form_sections import (
     section,
     section_of,
 )
+from hermes_nb.notebook.widgets.refresher import Refresher
 from hermes_nb.selection import service, session
 from hermes_nb.selection.results import ConfigField, ConfigView
 

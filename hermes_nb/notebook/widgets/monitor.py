@@ -15,11 +15,11 @@ import ipywidgets as widgets
 
 from hermes_nb.errors import HermesNBError
 from hermes_nb.notebook import kernel_runs
-from hermes_nb.notebook.refresher import Refresher
 from hermes_nb.notebook.widgets.log_view import log_html, tail_lines
+from hermes_nb.notebook.widgets.refresher import Refresher
 from hermes_nb.results import format_duration
+from hermes_nb.runs import service
 from hermes_nb.runs.results import RunStatus, StartResult
-from hermes_nb.syncio import run_sync
 
 # The run monitor re-reads run.json and the log tail this often; a status read is a few small file reads.
 DEFAULT_STATUS_INTERVAL_S = 2.0
@@ -85,11 +85,9 @@ class RunMonitor:
 
     def start(self) -> StartResult | None:
         """Start a run with the current config and follow it."""
-        from hermes_nb.runs.commands import rl_start_training
-
         self._say("Starting …")
         try:
-            result = run_sync(rl_start_training())
+            result = service.start_training()
         except HermesNBError as exc:
             self._say(str(exc), error=True)
             return None
@@ -102,13 +100,11 @@ class RunMonitor:
 
     def stop(self) -> None:
         """Ask the run to stop; the refresh shows ``stopping`` and then ``stopped``."""
-        from hermes_nb.runs.commands import rl_stop_training
-
         if self.run_id is None:
             self._say("No run to stop.", error=True)
             return
         try:
-            result = run_sync(rl_stop_training(self.run_id, wait=False))
+            result = service.stop_training(self.run_id, wait=False)
         except HermesNBError as exc:
             self._say(str(exc), error=True)
             return
@@ -122,14 +118,12 @@ class RunMonitor:
 
     def refresh(self) -> bool:
         """Show the run's current state; True while the run goes on (the refresh thread's tick)."""
-        from hermes_nb.runs.commands import rl_check_status
-
         if self.run_id is None:
             self.status.value = "No run yet: choose an environment and press <b>Start</b>."
             self._set_buttons(running=False)
             return False
         try:
-            status = run_sync(rl_check_status(self.run_id))
+            status = service.check_status(self.run_id)
         except HermesNBError as exc:
             self.status.value = f"<span style='color:#b00020'>{html.escape(str(exc))}</span>"
             return False

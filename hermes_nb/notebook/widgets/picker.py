@@ -9,9 +9,10 @@ from typing import Any
 import ipywidgets as widgets
 
 from hermes_nb.errors import HermesNBError
+from hermes_nb.selection import service
+from hermes_nb.selection.current import current_state
 from hermes_nb.selection.discovery import EnvironmentInfo
 from hermes_nb.selection.results import SelectionResult
-from hermes_nb.syncio import run_sync
 
 SelectionCallback = Callable[[SelectionResult], None]
 LIST_ROWS = 8
@@ -59,9 +60,7 @@ class EnvironmentPicker:
 
     def reload(self) -> None:
         """Scan the environments again (a file written from a cell appears here)."""
-        from hermes_nb.api import current_state, rl_list_environments
-
-        listing = run_sync(rl_list_environments())
+        listing = service.list_environments()
         self.environments = listing.environments
         current = current_state().environment
         self.selected = current.name if current else None
@@ -76,11 +75,9 @@ class EnvironmentPicker:
 
     def select(self, name: str) -> SelectionResult | None:
         """Select ``name`` through the core, as choosing it in the list does; None when the core refused."""
-        from hermes_nb.api import rl_select_environment
-
         self.status.value = f"Loading {html.escape(name)} …"
         try:
-            result = run_sync(rl_select_environment(name))
+            result = service.select_environment(name)
         except HermesNBError as exc:
             self.status.value = f"<span class='hermes-nb-error'>{html.escape(str(exc))}</span>"
             return None

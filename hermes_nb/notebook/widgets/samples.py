@@ -1,6 +1,7 @@
-"""The rollout viewer widget: a step picker, an order, a score range and a count over ``rl_get_samples``.
+"""The rollout viewer widget: a step picker, an order, a score range and a count over ``rl_get_samples``'s core.
 
-Every change asks the core again (``rl_get_samples``, a file read) and shows its HTML form; choosing another
+Every change asks the core again (``rollouts.reader.read_samples``, the synchronous file read that
+``rl_get_samples`` runs in a worker thread) and shows its HTML form; choosing another
 step resets the score range to that step's scores. A user mistake (no samples yet) is shown in place.
 """
 
@@ -12,9 +13,8 @@ from typing import Any
 import ipywidgets as widgets
 
 from hermes_nb.errors import HermesNBError
-from hermes_nb.rollouts.commands import rl_get_samples
+from hermes_nb.rollouts.reader import read_samples
 from hermes_nb.rollouts.samples import DEFAULT_SAMPLES, SampleOrder, SampleView
-from hermes_nb.syncio import run_sync
 
 # A slider needs a range: when every score of a step is equal, it spans this much above it.
 _FLAT_RANGE = 1.0
@@ -48,7 +48,7 @@ class SamplesViewer(widgets.VBox):
         low, high = score_range if score_range is not None else (None, None)
         order: SampleOrder = self.order.value
         try:
-            view = run_sync(rl_get_samples(self.run_id, step, order, int(self.count.value), low, high))
+            view = read_samples(self.run_id, step, order, int(self.count.value), low, high)
         except HermesNBError as exc:
             self.view.value = f"<div class='hermes-nb-error' style='color:#c62828'>{html.escape(str(exc))}</div>"
             return None

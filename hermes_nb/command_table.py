@@ -263,7 +263,7 @@ COMMANDS: tuple[Command, ...] = (
         magic="rl_delete", cli="delete",
     ),
     Command(
-        "runs_table", "hermes_nb.notebook.runs_table",
+        "runs_table", "hermes_nb.notebook.widgets.runs_table",
         "The runs table as a widget: sortable columns, checkboxes that overlay the chosen runs in a live plot "
         "labelled by what differs, delete and archive with a confirmation.",
         (Argument("sweep", "only the runs of this sweep", flags=("--sweep",), metavar="SWEEP"),),

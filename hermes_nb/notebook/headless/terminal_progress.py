@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from hermes_nb.metrics.reader import read_metrics
-from hermes_nb.notebook.headless import CellProgress
+from hermes_nb.notebook.headless.execution import CellProgress
 from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_state import RunStateUnreadable, read_run_state
 from hermes_nb.results import format_duration

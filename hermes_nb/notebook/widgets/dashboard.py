@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from hermes_nb.notebook.live_plot import DEFAULT_REFRESH_INTERVAL_S, LivePlot
 from hermes_nb.notebook.widgets.config_form import ConfigForm
+from hermes_nb.notebook.widgets.live_plot import DEFAULT_REFRESH_INTERVAL_S, LivePlot
 from hermes_nb.notebook.widgets.monitor import DEFAULT_STATUS_INTERVAL_S, RunMonitor
 from hermes_nb.notebook.widgets.picker import EnvironmentPicker
 from hermes_nb.runs.results import RunStatus, StartResult

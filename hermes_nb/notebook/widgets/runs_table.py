@@ -16,13 +16,12 @@ from collections.abc import Iterable
 import ipywidgets as widgets
 
 from hermes_nb.errors import HermesNBError
-from hermes_nb.notebook.live_plot import LivePlot
-from hermes_nb.notebook.refresher import Refresher
+from hermes_nb.notebook.widgets.live_plot import LivePlot
+from hermes_nb.notebook.widgets.refresher import Refresher
 from hermes_nb.plotting.sources import RunFilesSource
 from hermes_nb.protocol.run_state import TERMINAL_STATUSES
-from hermes_nb.runs.commands import rl_compare_runs, rl_delete_run
+from hermes_nb.runs import service
 from hermes_nb.runs.compare_results import HEADERS, RunRow, RunsTable, row_cells
-from hermes_nb.syncio import run_sync
 
 # Header -> the sort column of rl_compare_runs; "differs" is not sortable (it is text made for reading).
 _SORT_OF_HEADER = {
@@ -74,7 +73,7 @@ class RunsTableWidget(widgets.VBox):
     def refresh(self, force: bool = False) -> bool:
         """Ask the core again; redraw when the table changed (or ``force``). True when redrawn."""
         try:
-            table = run_sync(rl_compare_runs(sort_by=self.sort_by, descending=self.descending, sweep=self.sweep))
+            table = service.compare_runs(sort_by=self.sort_by, descending=self.descending, sweep=self.sweep)
         except HermesNBError as exc:
             self.message.value = f"<span style='color:#a00'>{html.escape(str(exc))}</span>"
             return False
@@ -201,7 +200,7 @@ class RunsTableWidget(widgets.VBox):
         done, refused = [], []
         for run_id in list(self.selected):
             try:
-                run_sync(rl_delete_run(run_id, confirm=True, archive=archive))
+                service.delete_run(run_id, confirm=True, archive=archive)
                 done.append(run_id)
             except HermesNBError as exc:
                 refused.append(str(exc))

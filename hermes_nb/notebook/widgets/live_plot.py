@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import ipywidgets as widgets
 
-from hermes_nb.notebook.refresher import Refresher
+from hermes_nb.notebook.widgets.refresher import Refresher
 from hermes_nb.plotting.panels import DEFAULT_PANELS, PANEL_CHOICES
 from hermes_nb.plotting.plot import MetricsPlot
 from hermes_nb.plotting.sources import MetricsSource
