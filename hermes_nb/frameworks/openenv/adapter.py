@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from hermes_nb.atropos.interpreter import env_python_environment
 from hermes_nb.frameworks.contract import ChildCommand, FrameworkAdapter, ModelTestRequest, Recognition, ServeRequest
 from hermes_nb.frameworks.openenv import handoff, interpreter
+from hermes_nb.system.side_python import env_python_environment
 
 EPISODE_ENV_SPEC = handoff.EPISODE_ENV_SPEC
 SERVER_LOG_PROCESS = "openenv_server"

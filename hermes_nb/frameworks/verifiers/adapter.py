@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from hermes_nb.atropos.interpreter import env_python_environment
 from hermes_nb.config import RunConfig
 from hermes_nb.frameworks.contract import ChildCommand, FrameworkAdapter, ModelTestRequest, Recognition, ServeRequest
 from hermes_nb.frameworks.verifiers import chat_program, handoff, interpreter
 from hermes_nb.frameworks.verifiers.settings import VerifiersSettings
+from hermes_nb.system.side_python import env_python_environment
 
 EPISODE_ENV_SPEC = handoff.EPISODE_ENV_SPEC
 DEFAULT_HARNESS = VerifiersSettings.model_fields["harness"].default
