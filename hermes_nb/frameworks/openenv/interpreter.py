@@ -18,12 +18,3 @@ OPENENV = SidePython(
     venv_python="~/.venvs/openenv/bin/python",
     probe_source=modules_probe(("openenv", "websockets", "tokenizers")),
 )
-
-
-def configured_python() -> str:
-    return OPENENV.configured()
-
-
-def openenv_python(file: str) -> str:
-    """The OpenEnv Python, checked to import what an OpenEnv run needs."""
-    return OPENENV.checked(file)

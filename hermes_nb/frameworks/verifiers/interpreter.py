@@ -34,10 +34,6 @@ VERIFIERS = SidePython(
 )
 
 
-def configured_python() -> str:
-    return VERIFIERS.configured()
-
-
 def verifiers_python(file: str, *, needs_uv: bool = False) -> str:
     """The verifiers Python, checked to import what a verifiers run needs (and to find ``uv``, when it does)."""
     return VERIFIERS.checked(file, not_needed=() if needs_uv else (UV,))
