@@ -395,7 +395,7 @@ def test_the_modules_the_environment_python_runs_import_only_the_stdlib_pydantic
     # atroposlib's venv has pydantic but not hermes-nb's other dependencies (transformers 5, httpx, torch ...).
     probe = (
         "import sys, json; import hermes_nb.frameworks.atroposlib.bridge; "
-        "import hermes_nb.frameworks.atroposlib.model_test_bridge, hermes_nb.selection.schema_child; "
+        "import hermes_nb.frameworks.atroposlib.model_testing_bridge, hermes_nb.selection.schema_child; "
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names))))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -13,10 +13,10 @@ because atroposlib pins its own stack and usually lives in a virtual environment
   ``wandb_log`` metrics in ``env_metrics.jsonl`` under the run's metric names (``metrics_map``), a final
   evaluation once the trainer's last step is taken, a clean disconnect, and a named failure when the environment's
   loop ends before the run's last step;
-- ``rl_test_inference`` runs it there with atroposlib's own ``process`` command (``model_test``: the settings for
-  one model under test), through ``model_test_bridge``, which writes each scored group as a row of the test's file.
+- ``rl_test_inference`` runs it there with atroposlib's own ``process`` command (``model_testing``: the settings for
+  one model under test), through ``model_testing_bridge``, which writes each scored group as a row of the test's file.
 
-``bridge``, ``model_test_bridge`` and ``metrics_map`` run inside the environment Python: they import only the
+``bridge``, ``model_testing_bridge`` and ``metrics_map`` run inside the environment Python: they import only the
 standard library, pydantic and ``hermes_nb.protocol`` (and atroposlib), never the rest of hermes-nb; this
 ``__init__`` imports nothing, so running them imports no more.
 """

@@ -3,7 +3,7 @@
 Discovery claims a class whose root ``BaseEnv`` comes from the ``atroposlib`` package. The interpreter is the
 environment Python (``interpreter``), checked to import atroposlib before selection reads a config or a run starts.
 A run serves the environment with atroposlib's ``serve`` through the bridge (``serve``, ``bridge``),
-``rl_test_inference`` tests it with atroposlib's ``process`` (``model_test``, ``model_test_bridge``), and the
+``rl_test_inference`` tests it with atroposlib's ``process`` (``model_testing``, ``model_testing_bridge``), and the
 bridge writes its ``wandb_log`` metrics under the run's names (``metrics_map``).
 """
 
@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from hermes_nb.config import RunConfig
 from hermes_nb.frameworks.atroposlib import interpreter, metrics_map, serve, sizes
-from hermes_nb.frameworks.atroposlib import model_test as process
+from hermes_nb.frameworks.atroposlib import model_testing as process
 from hermes_nb.frameworks.contract import (
     ChildCommand,
     FileToWrite,

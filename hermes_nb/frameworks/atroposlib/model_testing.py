@@ -1,7 +1,7 @@
 """How ``rl_test_inference`` runs an atroposlib environment: atroposlib's own ``process`` command, against one
 model under test.
 
-Per model, the test runs ``<environment Python> -m hermes_nb.frameworks.atroposlib.model_test_bridge FILE CLASS
+Per model, the test runs ``<environment Python> -m hermes_nb.frameworks.atroposlib.model_testing_bridge FILE CLASS
 --rows PATH -- process --config YAML``. The YAML is how atroposlib takes settings, as for ``serve`` (``serve.py``):
 
 - ``env``: the run's config values (``config_init()`` with the user's edits) with the test's ``group_size``, its
@@ -29,7 +29,7 @@ from hermes_nb.frameworks.atroposlib.serve import SERVED_MODEL_NAME, VLLM_SERVER
 from hermes_nb.protocol.inference import openai_base_url
 from hermes_nb.system.side_python import env_python_environment
 
-MODEL_TEST_BRIDGE_MODULE = "hermes_nb.frameworks.atroposlib.model_test_bridge"
+MODEL_TESTING_BRIDGE_MODULE = "hermes_nb.frameworks.atroposlib.model_testing_bridge"
 # The gateway checks no key; atroposlib's OpenAI client insists on one.
 GATEWAY_API_KEY = "none"
 
@@ -71,7 +71,7 @@ def process_argv(config: RunConfig, python: str, settings_file: Path, rows: Path
     ref = config.environment
     if ref is None:
         raise ConfigError("no environment selected: call rl_select_environment(name) first")
-    bridge = [python, "-m", MODEL_TEST_BRIDGE_MODULE, ref.file, ref.class_name, "--rows", str(rows)]
+    bridge = [python, "-m", MODEL_TESTING_BRIDGE_MODULE, ref.file, ref.class_name, "--rows", str(rows)]
     return [*bridge, "--", "process", "--config", str(settings_file)]
 
 
