@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from hermes_nb.config import RunConfig
-from hermes_nb.frameworks.atroposlib import interpreter, metrics_map, serve, sizes
-from hermes_nb.frameworks.atroposlib import model_testing as process
+from hermes_nb.frameworks.atroposlib import interpreter, metrics_map, model_testing, serve, sizes
 from hermes_nb.frameworks.contract import (
     ChildCommand,
     FileToWrite,
@@ -68,7 +67,7 @@ class AtroposlibFramework(FrameworkAdapter):
 
     def model_test(self, request: ModelTestRequest) -> ChildCommand:
         config = request.config
-        settings = process.process_settings(
+        settings = model_testing.process_settings(
             config,
             num_groups=request.num_groups,
             group_size=request.group_size,
@@ -80,7 +79,7 @@ class AtroposlibFramework(FrameworkAdapter):
         )
         settings_file = FileToWrite(path=Path(f"{request.stem}.atropos.yaml"), text=serve.yaml_text(settings))
         return ChildCommand(
-            argv=process.process_argv(config, request.python, settings_file.path, request.output),
-            environment=process.process_environment(request.base_environment),
+            argv=model_testing.process_argv(config, request.python, settings_file.path, request.output),
+            environment=model_testing.process_environment(request.base_environment),
             files=[settings_file],
         )
