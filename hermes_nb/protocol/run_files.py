@@ -17,7 +17,7 @@ Where ``<home>`` is, ``hermes_nb.system.home`` decides (this module takes it as 
         checkpoints.jsonl               one line per saved checkpoint (``hermes_nb.protocol.checkpoints``)
         checkpoints/step_<N>/           ``from_pretrained`` files, trainer_state.pt and the run's config.yaml
         trajectories.jsonl.gz           the batches the trainer trained on
-        atropos_serve.yaml              an atroposlib environment's serve settings (``hermes_nb.atropos``)
+        atropos_serve.yaml              an atroposlib environment's serve settings (``hermes_nb.frameworks.atroposlib``)
         .disk_reserve                   room freed when the disk is full, while the run is live
         tinker.json                     the Tinker backend's remote side: server, model, tokens, retries
         tinker_weights/                 a Tinker run's final weights, once downloaded

@@ -3,7 +3,7 @@
 ``vllm`` runs the trainer process itself under the vLLM Python (``HERMES_NB_VLLM_PYTHON``; unset, the interpreter
 running hermes-nb), with vLLM's engine in that process (``hermes_nb.inference.vllm_engine``): vLLM pins its own
 torch and transformers, so it usually lives in a venv of its own, and the trainer imports ``hermes_nb`` there
-through the same package link as the environment Python (``hermes_nb.atropos.interpreter.import_root``). Before a
+through the same package link as the environment Python (``hermes_nb.system.side_python.import_root``). Before a
 run starts that Python is asked (one child process) to import vllm, torch and hermes-nb's trainer; when it cannot,
 ``rl_start_training`` refuses with one error naming the Python and the install command, and nothing is created.
 
@@ -25,9 +25,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from hermes_nb.atropos.interpreter import env_python_environment
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import ConfigError
+from hermes_nb.system.side_python import env_python_environment
 
 VLLM_PYTHON_VAR = "HERMES_NB_VLLM_PYTHON"
 INSTALL_COMMAND = (

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import psutil
 
-from hermes_nb.atropos.interpreter import env_python_environment
 from hermes_nb.config import RunConfig
 from hermes_nb.frameworks import registry
 from hermes_nb.frameworks.contract import ChildCommand, ServeRequest
@@ -38,6 +37,7 @@ from hermes_nb.system import disk, processes, warm_process
 from hermes_nb.system.home import run_paths
 from hermes_nb.system.logtail import tail_lines
 from hermes_nb.system.secrets import read_run_secret
+from hermes_nb.system.side_python import env_python_environment
 from hermes_nb.trajectory_api.client import ApiReadiness, SyncTrajectoryClient, TrajectoryAPIError
 
 log = logging.getLogger("hermes_nb.supervisor")

@@ -15,7 +15,8 @@ from hermes_nb.protocol.run_files import ARCHIVE_DIR, LOGS_DIR, RUNS_DIR, SWEEPS
 
 HOME_ENV_VAR = "HERMES_NB_HOME"
 ENV_PATH_VAR = "HERMES_NB_ENV_PATH"
-# The Python that reads and runs atroposlib environments (hermes_nb.atropos.interpreter); unset: this interpreter.
+# The Python that reads and runs atroposlib environments (hermes_nb.frameworks.atroposlib.interpreter); unset: this
+# interpreter.
 ENV_PYTHON_VAR = "HERMES_NB_ENV_PYTHON"
 # HF_TOKEN: gated and private hub models (hermes_nb/system/hub.py); huggingface_hub reads it from the environment.
 KNOWN_KEYS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "HF_TOKEN")

@@ -12,7 +12,7 @@ import subprocess
 
 from side_envs import side_env_python
 
-from hermes_nb.atropos.interpreter import env_python_environment
+from hermes_nb.system.side_python import env_python_environment
 
 CHILD = """
 import asyncio, json

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from ci import skip_or_fail
 
-from hermes_nb.atropos.interpreter import env_python_environment
+from hermes_nb.system.side_python import env_python_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENENV_PYTHON = ROOT / ".venvs" / "openenv" / "bin" / "python"

@@ -252,8 +252,8 @@ def test_the_atroposlib_serve_settings_carry_the_secret_in_a_private_file(tmp_pa
 
 
 def test_an_external_api_gets_no_secret_in_the_atroposlib_settings(tmp_path: Path) -> None:
-    from hermes_nb.atropos import serve
     from hermes_nb.config import EnvironmentRef, InfraConfig, RunConfig
+    from hermes_nb.frameworks.atroposlib import serve
 
     config = RunConfig(
         environment=EnvironmentRef(name="add", class_name="AddEnv", file="/envs/add.py", framework="atroposlib"),
@@ -279,7 +279,7 @@ def test_the_atroposlib_bridge_hides_the_secret_from_the_config_atroposlib_gives
 ) -> None:
     import wandb
 
-    from hermes_nb.atropos.bridge import hide_secret_from_wandb
+    from hermes_nb.frameworks.atroposlib.bridge import hide_secret_from_wandb
 
     given: list[object] = []
     monkeypatch.setattr(wandb, "init", lambda *args, **kwargs: given.append(kwargs["config"]))

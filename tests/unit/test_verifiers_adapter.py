@@ -15,12 +15,12 @@ import pytest
 from side_envs import REPO_ROOT, side_env_python
 
 from hermes_nb.api import rl_edit_config, rl_select_environment, rl_start_training
-from hermes_nb.atropos.interpreter import env_python_environment
 from hermes_nb.errors import EnvironmentPythonError
 from hermes_nb.frameworks.verifiers import chat_program, interpreter, schema_child
 from hermes_nb.selection import schema_child as generic_schema_child
 from hermes_nb.selection.discovery import scan
 from hermes_nb.system import home
+from hermes_nb.system.side_python import env_python_environment
 
 EXAMPLE = REPO_ROOT / "environments" / "addition_verifiers.py"
 # A PATH without uv on it (and without the side venv's bin).

@@ -1,11 +1,10 @@
 """atroposlib's environments: read and run by the environment Python, served by atroposlib's own CLI.
 
 Discovery claims a class whose root ``BaseEnv`` comes from the ``atroposlib`` package. The interpreter is the
-environment Python (``hermes_nb.atropos.interpreter``), checked to import atroposlib before selection reads a
-config or a run starts. A run serves the environment with atroposlib's ``serve`` through the bridge
-(``hermes_nb.atropos.serve``, ``bridge``), ``rl_test_inference`` tests it with atroposlib's ``process``
-(``hermes_nb.atropos.process_command``, ``process_bridge``), and the bridge writes its ``wandb_log`` metrics under the
-run's names (``hermes_nb.atropos.metrics_map``).
+environment Python (``interpreter``), checked to import atroposlib before selection reads a config or a run starts.
+A run serves the environment with atroposlib's ``serve`` through the bridge (``serve``, ``bridge``),
+``rl_test_inference`` tests it with atroposlib's ``process`` (``model_testing``, ``model_testing_bridge``), and the
+bridge writes its ``wandb_log`` metrics under the run's names (``metrics_map``).
 """
 
 from __future__ import annotations
@@ -14,9 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from hermes_nb.atropos import interpreter, metrics_map, serve, sizes
-from hermes_nb.atropos import process_command as process
 from hermes_nb.config import RunConfig
+from hermes_nb.frameworks.atroposlib import interpreter, metrics_map, model_testing, serve, sizes
 from hermes_nb.frameworks.contract import (
     ChildCommand,
     FileToWrite,
@@ -25,6 +23,7 @@ from hermes_nb.frameworks.contract import (
     Recognition,
     ServeRequest,
 )
+from hermes_nb.system.side_python import env_python_environment
 
 
 class AtroposlibFramework(FrameworkAdapter):
@@ -45,7 +44,7 @@ class AtroposlibFramework(FrameworkAdapter):
 
     def schema_environment(self, python: str, base: Mapping[str, str]) -> dict[str, str]:
         # Another interpreter sees the hermes_nb package, never hermes-nb's site-packages.
-        return interpreter.env_python_environment(base)
+        return env_python_environment(base)
 
     def selection_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
         return sizes.selection_values(values)
@@ -68,7 +67,7 @@ class AtroposlibFramework(FrameworkAdapter):
 
     def model_test(self, request: ModelTestRequest) -> ChildCommand:
         config = request.config
-        settings = process.process_settings(
+        settings = model_testing.process_settings(
             config,
             num_groups=request.num_groups,
             group_size=request.group_size,
@@ -80,7 +79,7 @@ class AtroposlibFramework(FrameworkAdapter):
         )
         settings_file = FileToWrite(path=Path(f"{request.stem}.atropos.yaml"), text=serve.yaml_text(settings))
         return ChildCommand(
-            argv=process.process_argv(config, request.python, settings_file.path, request.output),
-            environment=process.process_environment(request.base_environment),
+            argv=model_testing.process_argv(config, request.python, settings_file.path, request.output),
+            environment=model_testing.process_environment(request.base_environment),
             files=[settings_file],
         )

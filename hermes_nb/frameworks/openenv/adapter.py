@@ -13,50 +13,28 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from hermes_nb.atropos.interpreter import env_python_environment
-from hermes_nb.frameworks.contract import ChildCommand, FrameworkAdapter, ModelTestRequest, Recognition, ServeRequest
+from hermes_nb.frameworks.contract import ModelTestRequest, Recognition, ServeRequest
 from hermes_nb.frameworks.openenv import handoff, interpreter
+from hermes_nb.frameworks.side_framework import SidePythonFramework
+from hermes_nb.system.side_python import SidePython
 
 EPISODE_ENV_SPEC = handoff.EPISODE_ENV_SPEC
 SERVER_LOG_PROCESS = "openenv_server"
 
 
-class OpenEnvFramework(FrameworkAdapter):
+class OpenEnvFramework(SidePythonFramework):
     name: ClassVar[str] = "openenv"
     recognition: ClassVar[Recognition] = Recognition(
         base_classes=frozenset({"Environment", "MCPEnvironment"}), packages=("openenv",), mark="[openenv] "
     )
     schema_module: ClassVar[str] = "hermes_nb.frameworks.openenv.schema_child"
+    side_python: ClassVar[SidePython] = interpreter.OPENENV
+    episode_env_spec: ClassVar[str] = EPISODE_ENV_SPEC
+    file_variable: ClassVar[str] = handoff.FILE_VAR
+    uses: ClassVar[str] = "served and run"
 
-    def python(self, file: str) -> str:
-        return interpreter.openenv_python(file)
+    def serve_variables(self, request: ServeRequest, python: str, env: Mapping[str, str]) -> dict[str, str]:
+        return {handoff.LOG_VAR: str(request.paths.run_dir / f"{SERVER_LOG_PROCESS}.log")}
 
-    def configured_python(self) -> str | None:
-        return interpreter.configured_python()
-
-    def described(self, name: str) -> str:
-        return f"{name} (OpenEnv; served and run by {interpreter.configured_python()})"
-
-    def schema_environment(self, python: str, base: Mapping[str, str]) -> dict[str, str]:
-        return env_python_environment(base)
-
-    def _environment(self, base: Mapping[str, str], file: str, log: Path) -> dict[str, str]:
-        env = env_python_environment(base)
-        env[handoff.FILE_VAR] = file
-        env[handoff.LOG_VAR] = str(log)
-        return env
-
-    def serve(self, request: ServeRequest) -> ChildCommand:
-        ref = request.config.environment
-        assert ref is not None  # the launcher refuses to start without one
-        python = interpreter.openenv_python(ref.file)
-        argv = request.runtime_argv(python, EPISODE_ENV_SPEC)
-        log = request.paths.run_dir / f"{SERVER_LOG_PROCESS}.log"
-        return ChildCommand(argv=argv, environment=self._environment(request.base_environment, ref.file, log))
-
-    def model_test(self, request: ModelTestRequest) -> ChildCommand:
-        ref = request.config.environment
-        assert ref is not None  # rl_test_inference refuses to start without one
-        argv = request.runtime_argv(EPISODE_ENV_SPEC)
-        log = Path(f"{request.stem}.{SERVER_LOG_PROCESS}.log")
-        return ChildCommand(argv=argv, environment=self._environment(request.base_environment, ref.file, log))
+    def model_test_variables(self, request: ModelTestRequest, env: Mapping[str, str]) -> dict[str, str]:
+        return {handoff.LOG_VAR: str(Path(f"{request.stem}.{SERVER_LOG_PROCESS}.log"))}

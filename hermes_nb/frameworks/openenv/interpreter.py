@@ -3,12 +3,12 @@
 ``HERMES_NB_OPENENV_PYTHON`` names it (OpenEnv's pins, openai 3 and fastmcp among them, live in a venv of their own,
 ``scripts/side_envs/openenv.txt``); unset, hermes-nb's own interpreter. It must import ``openenv`` (the server),
 ``websockets`` (the session) and ``tokenizers`` (the chat template the episodes render); the check and its one-line
-refusal are ``frameworks.side_python``'s.
+refusal are ``system.side_python``'s.
 """
 
 from __future__ import annotations
 
-from hermes_nb.frameworks.side_python import SidePython, modules_probe
+from hermes_nb.system.side_python import SidePython, modules_probe
 
 OPENENV_PYTHON_VAR = "HERMES_NB_OPENENV_PYTHON"
 OPENENV = SidePython(
@@ -18,12 +18,3 @@ OPENENV = SidePython(
     venv_python="~/.venvs/openenv/bin/python",
     probe_source=modules_probe(("openenv", "websockets", "tokenizers")),
 )
-
-
-def configured_python() -> str:
-    return OPENENV.configured()
-
-
-def openenv_python(file: str) -> str:
-    """The OpenEnv Python, checked to import what an OpenEnv run needs."""
-    return OPENENV.checked(file)

@@ -14,24 +14,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from hermes_nb.atropos.interpreter import env_python_environment
 from hermes_nb.config import RunConfig
-from hermes_nb.frameworks.contract import ChildCommand, FrameworkAdapter, ModelTestRequest, Recognition, ServeRequest
+from hermes_nb.frameworks.contract import ModelTestRequest, Recognition, ServeRequest
+from hermes_nb.frameworks.side_framework import SidePythonFramework
 from hermes_nb.frameworks.verifiers import chat_program, handoff, interpreter
 from hermes_nb.frameworks.verifiers.settings import VerifiersSettings
+from hermes_nb.system.side_python import SidePython
 
 EPISODE_ENV_SPEC = handoff.EPISODE_ENV_SPEC
 DEFAULT_HARNESS = VerifiersSettings.model_fields["harness"].default
 
 
-class VerifiersFramework(FrameworkAdapter):
+class VerifiersFramework(SidePythonFramework):
     name: ClassVar[str] = "verifiers"
     recognition: ClassVar[Recognition] = Recognition(
         base_classes=frozenset({"Taskset"}), packages=("verifiers",), mark="[verifiers] "
     )
     schema_module: ClassVar[str] = "hermes_nb.frameworks.verifiers.schema_child"
+    side_python: ClassVar[SidePython] = interpreter.VERIFIERS
+    episode_env_spec: ClassVar[str] = EPISODE_ENV_SPEC
+    file_variable: ClassVar[str] = handoff.FILE_VAR
 
     def python(self, file: str) -> str:
+        # uv only for the ``null`` harness: ``check_startable`` asks for it where a run needs it.
         return interpreter.verifiers_python(file)
 
     def check_startable(self, config: RunConfig) -> None:
@@ -41,36 +46,12 @@ class VerifiersFramework(FrameworkAdapter):
         if config.trainer.start_environment and harness == chat_program.HARNESS_ID:
             interpreter.verifiers_python(config.environment.file, needs_uv=True)
 
-    def configured_python(self) -> str | None:
-        return interpreter.configured_python()
+    def serve_variables(self, request: ServeRequest, python: str, env: Mapping[str, str]) -> dict[str, str]:
+        return self._process_variables(python, env, "train")
 
-    def described(self, name: str) -> str:
-        return f"{name} (verifiers; run by {interpreter.configured_python()})"
-
-    def schema_environment(self, python: str, base: Mapping[str, str]) -> dict[str, str]:
-        return env_python_environment(base)
-
-    def _environment(
-        self, base: Mapping[str, str], python: str, file: str, client: handoff.ClientKind
-    ) -> dict[str, str]:
-        env = env_python_environment(base)
-        env["PATH"] = interpreter.process_path(python, env.get("PATH", ""))
-        env[handoff.FILE_VAR] = file
-        env[handoff.CLIENT_VAR] = client
-        return env
-
-    def serve(self, request: ServeRequest) -> ChildCommand:
-        ref = request.config.environment
-        assert ref is not None  # the launcher refuses to start without one
-        python = interpreter.verifiers_python(ref.file)
-        argv = request.runtime_argv(python, EPISODE_ENV_SPEC)
-        environment = self._environment(request.base_environment, python, ref.file, "train")
-        return ChildCommand(argv=argv, environment=environment)
-
-    def model_test(self, request: ModelTestRequest) -> ChildCommand:
-        ref = request.config.environment
-        assert ref is not None  # rl_test_inference refuses to start without one
-        argv = request.runtime_argv(EPISODE_ENV_SPEC)
+    def model_test_variables(self, request: ModelTestRequest, env: Mapping[str, str]) -> dict[str, str]:
         client: handoff.ClientKind = "train" if request.local else "eval"
-        environment = self._environment(request.base_environment, request.python, ref.file, client)
-        return ChildCommand(argv=argv, environment=environment)
+        return self._process_variables(request.python, env, client)
+
+    def _process_variables(self, python: str, env: Mapping[str, str], client: handoff.ClientKind) -> dict[str, str]:
+        return {"PATH": interpreter.process_path(python, env.get("PATH", "")), handoff.CLIENT_VAR: client}

@@ -5,7 +5,7 @@ lives in a venv of its own, ``scripts/side_envs/verifiers.txt``); unset, hermes-
 ``verifiers``, ``renderers`` (its train client's tokenizer) and ``tokenizers``; a run with verifiers' own ``null``
 harness must also find ``uv`` beside it or on PATH (verifiers runs that harness's program with ``uv``; the default
 ``hermes_nb_chat`` plays the episodes in-process). The check and its one-line refusal are
-``frameworks.side_python``'s.
+``system.side_python``'s.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hermes_nb.frameworks.side_python import SidePython, modules_probe
+from hermes_nb.system.side_python import SidePython, modules_probe
 
 VERIFIERS_PYTHON_VAR = "HERMES_NB_VERIFIERS_PYTHON"
 UV = "uv"
@@ -32,10 +32,6 @@ VERIFIERS = SidePython(
     probe_source=modules_probe(("verifiers", "renderers", "tokenizers"), extra=FIND_UV),
     lacks="cannot import or find",
 )
-
-
-def configured_python() -> str:
-    return VERIFIERS.configured()
 
 
 def verifiers_python(file: str, *, needs_uv: bool = False) -> str:

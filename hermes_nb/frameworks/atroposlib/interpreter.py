@@ -4,11 +4,8 @@
 the interpreter running hermes-nb. It applies to environments written against atroposlib: hermes-nb's own
 environments import ``hermes_nb.env`` and run where hermes-nb is installed. Before selection reads a config or a
 run starts, the interpreter is asked (one short child process) whether it exists and can import atroposlib; when
-not, the error says which interpreter was asked and how to install atroposlib for it.
-
-A foreign interpreter imports ``hermes_nb`` (the bridge and the schema reader run in it) through a folder that
-holds only a link to this package (``import_root``): putting hermes-nb's own site-packages on its path would
-shadow the environment's packages (transformers among them) with hermes-nb's.
+not, the error says which interpreter was asked and how to install atroposlib for it. How another Python is
+reached (``hermes_nb`` importable through ``import_root``) is ``hermes_nb.system.side_python``'s.
 """
 
 from __future__ import annotations
@@ -16,23 +13,24 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
-from collections.abc import Mapping
-from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
 from hermes_nb.errors import EnvironmentPythonError
 from hermes_nb.system import home
+from hermes_nb.system.side_python import (
+    PROBE_TIMEOUT_S,
+    configured_interpreter,
+    env_python_environment,
+    is_executable_file,
+)
 
 ENV_PYTHON_VAR = home.ENV_PYTHON_VAR
 # The pin hermes-nb is tested with (scripts/side_envs/atropos.txt): atroposlib 0.4.0 needs transformers 4.
 INSTALL_COMMAND = (
     "python3 -m venv ~/.venvs/atropos && ~/.venvs/atropos/bin/pip install atroposlib==0.4.0 'transformers<5'"
 )
-# An interpreter's start and a metadata lookup take well under a second; a loaded two-core machine, a few.
-PROBE_TIMEOUT_S = 30.0
 # What the probe runs: the standard library only, so any Python 3 answers, whatever it has installed.
 PROBE_SOURCE = """
 import importlib.util, json, sys
@@ -63,8 +61,7 @@ _GOOD_LOCK = threading.Lock()
 
 def configured_python() -> str:
     """``HERMES_NB_ENV_PYTHON`` (``~`` expanded), else the interpreter running hermes-nb."""
-    value = os.environ.get(ENV_PYTHON_VAR, "").strip()
-    return str(Path(value).expanduser()) if value else sys.executable
+    return configured_interpreter(ENV_PYTHON_VAR)
 
 
 def env_python(file: str) -> str:
@@ -98,7 +95,7 @@ def require_atroposlib(python: str, file: str) -> PythonProbe:
 def probe_python(python: str) -> PythonProbe:
     """Ask ``python`` for its version and its atroposlib; raises ``EnvironmentPythonError`` when it cannot answer."""
     where = f"the environment Python {python} ({_source()})"
-    if not os.access(python, os.X_OK) or Path(python).is_dir():
+    if not is_executable_file(python):
         raise EnvironmentPythonError(
             f"{where} is not an executable file; set {ENV_PYTHON_VAR} (or %config HermesNB.env_python) to a "
             f"Python with atroposlib installed, e.g. ~/.venvs/atropos/bin/python after {INSTALL_COMMAND}"
@@ -121,29 +118,6 @@ def probe_python(python: str) -> PythonProbe:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         problem = f"{where} is not a working Python 3 (exit code {done.returncode}): {last}"
         raise EnvironmentPythonError(problem) from None
-
-
-def import_root() -> Path:
-    """A folder whose only entry is a link to the ``hermes_nb`` package, for a foreign interpreter's path."""
-    root = home.home_dir() / "cache" / "env_python_path"
-    link = root / "hermes_nb"
-    if link.is_symlink() and link.resolve() == home.PACKAGE_DIR:
-        return root
-    root.mkdir(parents=True, exist_ok=True)
-    # A link made aside and renamed over the old one: a concurrent reader sees the old link or the new, never none.
-    pending = root / f".hermes_nb.{os.getpid()}.{threading.get_ident()}"
-    pending.unlink(missing_ok=True)
-    pending.symlink_to(home.PACKAGE_DIR, target_is_directory=True)
-    os.replace(pending, link)
-    return root
-
-
-def env_python_environment(base: Mapping[str, str]) -> dict[str, str]:
-    """``base`` with ``hermes_nb`` importable (``import_root`` first on ``PYTHONPATH``) and output unbuffered."""
-    env = dict(base)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(import_root()), base.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 def _identity(python: str) -> tuple[str, int]:

@@ -1,6 +1,7 @@
 """Serve an atroposlib environment, as it is, in a hermes-nb run. Runs in the environment Python.
 
-    python -m hermes_nb.atropos.bridge FILE CLASS --metrics PATH --api-url URL --total-steps N -- serve --config YAML
+    python -m hermes_nb.frameworks.atroposlib.bridge FILE CLASS --metrics PATH --api-url URL --total-steps N
+        -- serve --config YAML
 
 FILE is imported as ``python FILE`` imports it (its folder first on the path), and everything after ``--`` goes to
 the class's own ``cli()``: atroposlib's ``serve`` command parses it, merges ``config_init()`` < YAML, builds the
@@ -9,9 +10,9 @@ needs is added around atroposlib's ``BaseEnv`` methods, which every environment 
 ``super()``:
 
 - ``wandb_log`` and ``evaluate_log``: the dicts they log (atroposlib logs only to W&B) become rows of the run's
-  ``env_metrics.jsonl`` under the run's metric names (``hermes_nb.atropos.metrics_map``). Wrapping the method is
-  the one place that sees every metric, W&B on or off; reading W&B's files instead would need W&B on in every
-  run and a parser for its binary format.
+  ``env_metrics.jsonl`` under the run's metric names (``metrics_map``). Wrapping the method is the one place that
+  sees every metric, W&B on or off; reading W&B's files instead would need W&B on in every run and a parser for
+  its binary format.
 - ``handle_send_to_api`` / ``_send_scored_data_to_api``: the groups scored and posted, for the reward and
   correctness of every sampled completion and the counts of groups posted and skipped.
 - ``env_manager``: atroposlib's loop returns once the trainer's step plus the queued batches pass its
@@ -41,11 +42,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from hermes_nb.atropos.metrics_map import EnvMetricsSink
+from hermes_nb.frameworks.atroposlib.metrics_map import EnvMetricsSink
 from hermes_nb.protocol.auth import api_secret_from_env, bearer_headers, secret_from_env
 from hermes_nb.protocol.redaction import without_secrets
 
-logger = logging.getLogger("hermes_nb.atropos.bridge")
+logger = logging.getLogger("hermes_nb.frameworks.atroposlib.bridge")
 
 # The environment's loop ended before the run's last step can be trained: the supervisor reports this status
 # with the log's last lines, where the reason is.
@@ -81,7 +82,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     """The bridge's own arguments, and atroposlib's (everything after ``--``)."""
     args = list(argv)
     split = args.index("--") if "--" in args else len(args)
-    parser = argparse.ArgumentParser(prog="python -m hermes_nb.atropos.bridge", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m hermes_nb.frameworks.atroposlib.bridge", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("file", help="the environment's file")
     parser.add_argument("class_name", help="its atroposlib BaseEnv subclass")
     parser.add_argument("--metrics", required=True, help="the run's env_metrics.jsonl")

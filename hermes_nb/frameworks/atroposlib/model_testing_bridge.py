@@ -1,6 +1,6 @@
 """Test an atroposlib environment, as it is, against a model. Runs in the environment Python.
 
-    python -m hermes_nb.atropos.process_command_bridge FILE CLASS --rows PATH -- process --config YAML
+    python -m hermes_nb.frameworks.atroposlib.model_testing_bridge FILE CLASS --rows PATH -- process --config YAML
 
 FILE is imported as ``python FILE`` imports it, and everything after ``--`` goes to the class's own ``cli()``:
 atroposlib's ``process`` command collects ``total_steps`` groups and writes them to its own file. Around
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hermes_nb.atropos.bridge import USAGE_ERROR, class_to_run, one_server_per_declared
+from hermes_nb.frameworks.atroposlib.bridge import USAGE_ERROR, class_to_run, one_server_per_declared
 from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
 
-logger = logging.getLogger("hermes_nb.atropos.process_command_bridge")
+logger = logging.getLogger("hermes_nb.frameworks.atroposlib.model_testing_bridge")
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:

@@ -1,8 +1,8 @@
 """How ``rl_test_inference`` runs an atroposlib environment: atroposlib's own ``process`` command, against one
 model under test.
 
-Per model, the test runs ``<environment Python> -m hermes_nb.atropos.process_command_bridge FILE CLASS --rows PATH --
-process --config YAML``. The YAML is how atroposlib takes settings, as for ``serve`` (``hermes_nb.atropos.serve``):
+Per model, the test runs ``<environment Python> -m hermes_nb.frameworks.atroposlib.model_testing_bridge FILE CLASS
+--rows PATH -- process --config YAML``. The YAML is how atroposlib takes settings, as for ``serve`` (``serve.py``):
 
 - ``env``: the run's config values (``config_init()`` with the user's edits) with the test's ``group_size``, its
   number of groups as ``total_steps`` (what ``process`` collects), the run's tokenizer, W&B off, and
@@ -23,13 +23,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hermes_nb.atropos.interpreter import env_python_environment
-from hermes_nb.atropos.serve import SERVED_MODEL_NAME, VLLM_SERVER_TYPE
 from hermes_nb.config import RunConfig, base_model_dir
 from hermes_nb.errors import ConfigError
+from hermes_nb.frameworks.atroposlib.serve import SERVED_MODEL_NAME, VLLM_SERVER_TYPE
 from hermes_nb.protocol.inference import openai_base_url
+from hermes_nb.system.side_python import env_python_environment
 
-PROCESS_BRIDGE_MODULE = "hermes_nb.atropos.process_command_bridge"
+MODEL_TESTING_BRIDGE_MODULE = "hermes_nb.frameworks.atroposlib.model_testing_bridge"
 # The gateway checks no key; atroposlib's OpenAI client insists on one.
 GATEWAY_API_KEY = "none"
 
@@ -71,7 +71,7 @@ def process_argv(config: RunConfig, python: str, settings_file: Path, rows: Path
     ref = config.environment
     if ref is None:
         raise ConfigError("no environment selected: call rl_select_environment(name) first")
-    bridge = [python, "-m", PROCESS_BRIDGE_MODULE, ref.file, ref.class_name, "--rows", str(rows)]
+    bridge = [python, "-m", MODEL_TESTING_BRIDGE_MODULE, ref.file, ref.class_name, "--rows", str(rows)]
     return [*bridge, "--", "process", "--config", str(settings_file)]
 
 

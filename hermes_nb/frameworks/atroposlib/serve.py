@@ -1,10 +1,10 @@
 """How a run starts an atroposlib environment: atroposlib's own ``serve`` command, fed the run's settings.
 
-The supervisor runs ``<environment Python> -m hermes_nb.atropos.bridge FILE CLASS ... -- serve --config YAML``;
-the bridge passes ``serve --config YAML`` to the class's ``cli()``, as ``python FILE serve --config YAML`` would.
-The YAML (``<run>/atropos_serve.yaml``) is how atroposlib takes settings: its ``env:`` section is merged over the
-class's ``config_init()`` and its ``openai:`` section over the declared server, each validated by atroposlib's
-own models. The run decides there what it decides for any environment:
+The supervisor runs ``<environment Python> -m hermes_nb.frameworks.atroposlib.bridge FILE CLASS ... -- serve
+--config YAML``; the bridge passes ``serve --config YAML`` to the class's ``cli()``, as ``python FILE serve
+--config YAML`` would. The YAML (``<run>/atropos_serve.yaml``) is how atroposlib takes settings: its ``env:``
+section is merged over the class's ``config_init()`` and its ``openai:`` section over the declared server, each
+validated by atroposlib's own models. The run decides there what it decides for any environment:
 
 - ``env``: every value the run's config sets (``RunConfig.env``: the ``config_init()`` values with the user's
   edits, ``total_steps``, ``batch_size`` and ``group_size`` among them; an unset one is left out, so atroposlib's
@@ -31,15 +31,16 @@ from typing import Any
 
 import yaml
 
-from hermes_nb.atropos.interpreter import configured_python, env_python_environment
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import ConfigError
+from hermes_nb.frameworks.atroposlib.interpreter import configured_python
 from hermes_nb.metrics.logger import resolve_wandb_mode
 from hermes_nb.protocol.auth import capability_url
 from hermes_nb.protocol.inference import openai_base_url
 from hermes_nb.protocol.run_files import ATROPOS_SERVE_FILE, RunPaths
+from hermes_nb.system.side_python import env_python_environment
 
-BRIDGE_MODULE = "hermes_nb.atropos.bridge"
+BRIDGE_MODULE = "hermes_nb.frameworks.atroposlib.bridge"
 # The model name sent to the run's inference server, which serves one policy under any name.
 SERVED_MODEL_NAME = "policy"
 # atroposlib's name for a server that answers vLLM's /generate as well as OpenAI's routes, as hermes-nb's does.
