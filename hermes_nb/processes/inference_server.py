@@ -1,10 +1,10 @@
 """``python -m hermes_nb.processes.inference_server --model DIR --port N [--host 127.0.0.1] [--threads 1]``: serve one
 model.
 
-A standalone inference server for a fixed model directory (a base model, a checkpoint): what
-``rl_test_inference`` starts per local model (``hermes_nb.inference.local``), with the native engine, or Tinker's for
-a Tinker run's checkpoint. The socket listens first and ``/health`` answers 503 until the
-model is loaded, so a caller waits on health, never on a sleep. SIGTERM or SIGINT stop it (cleanly once it serves).
+A standalone inference server for a fixed model directory (a base model, a checkpoint): what ``rl_test_inference``
+starts per local model (``hermes_nb.inference.local``), with the native engine, or Tinker's for a Tinker run's
+checkpoint. The socket listens first and ``/health`` answers 503 until the model is loaded, so a caller waits on health,
+never on a sleep. SIGTERM or SIGINT stop it (cleanly once it serves).
 """
 
 from __future__ import annotations
