@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 from hermes_nb.config import TrainerConfig, base_model_dir
-from hermes_nb.inference.engine import InferenceEngine, Policy
+from hermes_nb.inference.contract import Policy
+from hermes_nb.inference.engine import InferenceEngine
 from hermes_nb.inference.sampler import SampleRow
 from hermes_nb.inference.vllm_engine import VLLMEngine
 

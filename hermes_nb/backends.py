@@ -2,9 +2,9 @@
 
 The one place that knows every implementation: the local backend and batched engine (torch on this machine) and
 the Tinker ones (``hermes_nb.tinker``). The trainer's loop and its inference server speak only their protocols
-(``hermes_nb.trainer.backend.TrainingBackend``, the engine's ``publish`` / ``sample``), and the trainer process's
-entry point (``python -m hermes_nb.trainer``) hands ``PARTS`` to it. Implementations are imported when chosen, so a
-local run never imports the Tinker SDK.
+(``hermes_nb.trainer.backend.TrainingBackend``, ``hermes_nb.inference.contract.SamplingEngine``), and the trainer
+process's entry point (``hermes_nb.processes.trainer``) hands ``PARTS`` to it. Implementations are imported when
+chosen, so a local run never imports the Tinker SDK.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_nb.config import RunConfig
+from hermes_nb.inference.contract import SamplingEngine
 from hermes_nb.trainer.backend import BackendParts, TrainingBackend, initial_weights, model_dir_for
 
 
@@ -39,10 +40,10 @@ def make_backend(config: RunConfig) -> TrainingBackend:
     )
 
 
-def make_engine(config: RunConfig) -> Any:
-    """The inference engine that serves the run's policy for ``trainer.backend``: batched local sampling
+def make_engine(config: RunConfig) -> SamplingEngine[Any]:
+    """The sampling engine that serves the run's policy for ``trainer.backend``: batched local sampling
     (``InferenceEngine``, or ``VLLMEngine`` for ``infra.sampler: vllm``), or forwarding to Tinker's sampler
-    (``TinkerEngine``); all publish and sample alike."""
+    (``TinkerEngine``). Its weights are what ``make_backend``'s backend publishes for the sampler."""
     if config.trainer.backend == "tinker":
         from hermes_nb.tinker.engine import TinkerEngine
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from hermes_nb.inference.contract import Policy, SamplingEngine
 from hermes_nb.inference.sampler import RowResult, SampleRow, device_generator, generate, model_device
 from hermes_nb.inference.sampler_process import SamplerProcess, SamplerProcessExited, can_fork
 
@@ -45,46 +46,22 @@ DEFAULT_BATCH_WINDOW_S = 0.004
 MAX_BATCH_ROWS = 1024
 
 
-@dataclass(frozen=True)
-class Policy:
-    """A frozen model snapshot with its tokenizer and the number of optimizer steps it has seen."""
-
-    model: Any
-    tokenizer: Any
-    version: int
-    name: str
-
-    @property
-    def pad_id(self) -> int:
-        tok = self.tokenizer
-        return int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
-
-    @property
-    def eos_ids(self) -> frozenset[int]:
-        eos = self.tokenizer.eos_token_id
-        return frozenset() if eos is None else frozenset([int(eos)])
-
-    def decode(self, ids: list[int]) -> str:
-        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
-
-
 @dataclass
 class _Pending:
     rows: list[SampleRow]
     future: asyncio.Future[tuple[list[RowResult], int]]
 
 
-class InferenceEngine:
+class InferenceEngine(SamplingEngine[dict[str, torch.Tensor]]):
     """Holds the live policy; ``await engine.sample(rows)`` from the server's event loop."""
 
     def __init__(
         self, *, window_s: float = DEFAULT_BATCH_WINDOW_S, seed: int = 0, sampler_process: bool = False
     ) -> None:
+        super().__init__()
         self._sampler_process_wanted = sampler_process
         self._sampler_process: SamplerProcess | None = None
-        self._policy: Policy | None = None
         self._pending_weights: tuple[dict[str, torch.Tensor], int] | None = None
-        self._weights_lock = threading.Lock()
         self._pending: list[_Pending] = []
         self._collector: asyncio.Task[None] | None = None
         self._window_s = window_s
@@ -93,30 +70,20 @@ class InferenceEngine:
         # One seeded noise stream per device a policy has lived on (torch draws only from a same-device generator).
         self._generators: dict[torch.device, torch.Generator] = {}
         self._generator_lock = threading.Lock()
-        self.batches_run = 0
-        self.rows_run = 0
-
-    @property
-    def policy(self) -> Policy | None:
-        return self._policy
 
     def publish(self, policy: Policy) -> None:
         """Make ``policy`` the one new batches sample from (thread-safe: one reference assignment)."""
-        with self._weights_lock:
+        with self._policy_lock:
             self._pending_weights = None  # weights published before belong to the model being replaced
             self._policy = policy
 
-    def publish_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
-        """New weights for the current policy's model, used from the next batch on. The caller hands
-        ``weights`` over: it must not modify those tensors afterwards."""
-        if self._policy is None:
-            raise RuntimeError("publish a policy before publishing weights for it")
-        with self._weights_lock:
-            self._pending_weights = (weights, version)
+    def _take_weights(self, policy: Policy, weights: dict[str, torch.Tensor], version: int) -> None:
+        """Held until the sampler thread loads them into the model, between batches (``_current_policy``)."""
+        self._pending_weights = (weights, version)
 
     def _current_policy(self) -> Policy:
         """The policy to generate with, with any pending weights applied (sampler thread only)."""
-        with self._weights_lock:
+        with self._policy_lock:
             pending, self._pending_weights = self._pending_weights, None
             policy = self._policy
         assert policy is not None  # sample() refuses before the first publish
@@ -125,7 +92,7 @@ class InferenceEngine:
         weights, version = pending
         self._load_weights(policy, weights)
         policy = dataclasses.replace(policy, version=version)
-        with self._weights_lock:
+        with self._policy_lock:
             if self._policy is not None and self._policy.model is policy.model:
                 self._policy = policy
         return policy
@@ -136,8 +103,7 @@ class InferenceEngine:
 
     async def sample(self, rows: list[SampleRow]) -> tuple[list[RowResult], int]:
         """Generate ``rows`` (merged with concurrent requests); returns results and the policy version."""
-        if self._policy is None:
-            raise RuntimeError("no policy loaded yet")
+        self._sampling_policy()  # refused before the first publish
         future: asyncio.Future[tuple[list[RowResult], int]] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(rows, future))
         if self._collector is None:
@@ -171,8 +137,7 @@ class InferenceEngine:
                 if not item.future.done():
                     item.future.set_exception(exc)
             return
-        self.batches_run += 1
-        self.rows_run += len(rows)
+        self._count(len(rows))
         start = 0
         for item in batch:
             if not item.future.done():

@@ -1,6 +1,6 @@
 """A temporary inference server for one model directory, in its own process group, always stopped afterwards.
 
-``async with serve_model(model_dir, log_path) as url:`` starts ``python -m hermes_nb.inference`` on a free
+``async with serve_model(model_dir, log_path) as url:`` starts the standalone server (``SERVER_MODULE``) on a free
 loopback port, waits until ``/health`` answers 200 (the model is loaded), and on leaving, on an error or on
 cancellation signals the whole process group: SIGTERM, then SIGKILL after a grace period
 (``hermes_nb.system.processes``, which starts and ends a run's processes the same way).
@@ -41,6 +41,9 @@ POLL_S = 0.1
 # free_port() can race with another process taking the port before the server binds it; a new port fixes it.
 PORT_ATTEMPTS = 3
 PORT_IN_USE = "could not start on port"
+# The standalone server's process: an entry point above this package (it also serves Tinker checkpoints), named
+# once, here, where it is started.
+SERVER_MODULE = "hermes_nb.processes.inference_server"
 
 
 class ServerStartError(HermesNBError):
@@ -77,7 +80,7 @@ class ServerSettings:
 
 
 def _server_argv(model_dir: Path, port: int, settings: ServerSettings) -> list[str]:
-    argv = [sys.executable, "-m", "hermes_nb.inference", "--model", str(model_dir), "--host", LOOPBACK]
+    argv = [sys.executable, "-m", SERVER_MODULE, "--model", str(model_dir), "--host", LOOPBACK]
     argv += ["--port", str(port), "--device", settings.device, "--dtype", settings.dtype]
     return argv + (["--threads", str(settings.threads)] if settings.threads else [])
 

@@ -2,12 +2,13 @@
 vLLM's, which atroposlib's ``managed_server`` samples through), vLLM's ``/inference/v1/generate`` (what verifiers'
 train client samples through), ``/v1/models`` (with vLLM's ``max_model_len``), ``/health``.
 
-It runs inside the trainer process (uvicorn on a thread, see ``InferenceServer``) and samples from the live
-policy held by an ``InferenceEngine``. ``/health`` answers 503 until the first policy is published, so a
-supervisor can wait on it instead of sleeping. Chat requests may carry OpenAI ``tools``: they are rendered by the
-model's chat template and the answer is parsed for Hermes-format calls (``hermes_nb.protocol.tool_calls``).
-Logprobs are those of the distribution actually sampled from (see ``hermes_nb.inference.sampler``). Completions and
-chat answer ``stream: true`` as server-sent events (``hermes_nb.inference.streaming``), the same sample either way.
+It runs inside the trainer process (uvicorn on a thread, see ``InferenceServer``) and samples from the live policy held
+by a ``SamplingEngine`` (``hermes_nb.inference.contract``: native, vLLM or Tinker). ``/health`` answers 503 until the
+first policy is published, so a supervisor can wait on it instead of sleeping. Chat requests may carry OpenAI ``tools``:
+they are rendered by the model's chat template and the answer is parsed for Hermes-format calls
+(``hermes_nb.protocol.tool_calls``). Logprobs are those of the distribution actually sampled from (see
+``hermes_nb.inference.sampler``). Completions and chat answer ``stream: true`` as server-sent events
+(``hermes_nb.inference.streaming``), the same sample either way.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from hermes_nb.inference.engine import InferenceEngine, Policy
+from hermes_nb.inference.contract import Policy, SamplingEngine
 from hermes_nb.inference.sampler import RowResult, SampleRow
 from hermes_nb.inference.streaming import SSE_MEDIA_TYPE, chat_chunks, completion_chunks, server_sent_events
 from hermes_nb.protocol.auth import require_run_secret
@@ -59,6 +60,9 @@ from hermes_nb.protocol.tool_calls import parse_tool_calls, template_message
 from hermes_nb.system.net import SERVER_KEEP_ALIVE_S
 
 _Body = TypeVar("_Body", bound=BaseModel)
+# Any engine: the server reads the policy and samples but never publishes, so the kind of weights an engine takes
+# is not its concern.
+Engine = SamplingEngine[Any]
 
 
 def _json(answer: BaseModel) -> Response:
@@ -67,7 +71,7 @@ def _json(answer: BaseModel) -> Response:
     return Response(answer.model_dump_json(), media_type="application/json")
 
 
-def _policy(engine: InferenceEngine) -> Policy:
+def _policy(engine: Engine) -> Policy:
     policy = engine.policy
     if policy is None:
         raise HTTPException(status_code=503, detail="model is still loading")
@@ -223,7 +227,7 @@ def _validated(model: type[_Body], body: Any) -> _Body:
         raise RequestValidationError(exc.errors()) from None
 
 
-async def _generate(engine: InferenceEngine, request: GenerateRequest) -> GenerateResponse:
+async def _generate(engine: Engine, request: GenerateRequest) -> GenerateResponse:
     policy = _policy(engine)
     for i, prompt in enumerate(request.prompt_token_ids):
         _check_prompt(policy, prompt, request.max_tokens, f"prompt_token_ids[{i}]")
@@ -238,7 +242,7 @@ async def _generate(engine: InferenceEngine, request: GenerateRequest) -> Genera
     return GenerateResponse(sequences=sequences, policy_version=version)
 
 
-async def _vllm_generate(engine: InferenceEngine, request: VLLMGenerateRequest) -> VLLMGenerateResponse:
+async def _vllm_generate(engine: Engine, request: VLLMGenerateRequest) -> VLLMGenerateResponse:
     policy = _policy(engine)
     prompt = request.prompt.prompt_token_ids
     _check_prompt(policy, prompt, request.max_tokens, "prompt.prompt_token_ids")
@@ -254,7 +258,7 @@ async def _vllm_generate(engine: InferenceEngine, request: VLLMGenerateRequest) 
     )
 
 
-async def _token_generate(engine: InferenceEngine, request: TokenGenerateRequest) -> TokenGenerateResponse:
+async def _token_generate(engine: Engine, request: TokenGenerateRequest) -> TokenGenerateResponse:
     """vLLM's ``/inference/v1/generate``: the same sampling as ``/generate``, one prompt, choices in vLLM's shape."""
     policy = _policy(engine)
     params = request.sampling_params
@@ -283,7 +287,7 @@ async def _token_generate(engine: InferenceEngine, request: TokenGenerateRequest
     )
 
 
-def create_app(engine: InferenceEngine) -> FastAPI:
+def create_app(engine: Engine) -> FastAPI:
     app = FastAPI(title="hermes-nb inference")
     require_run_secret(app)
 
@@ -380,7 +384,7 @@ def create_app(engine: InferenceEngine) -> FastAPI:
 class InferenceServer:
     """uvicorn serving ``create_app(engine)`` on a daemon thread of this process (127.0.0.1 only)."""
 
-    def __init__(self, engine: InferenceEngine, port: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, engine: Engine, port: int, host: str = "127.0.0.1") -> None:
         import uvicorn
 
         config = uvicorn.Config(

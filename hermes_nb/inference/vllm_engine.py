@@ -35,7 +35,8 @@ from typing import Any
 
 import torch
 
-from hermes_nb.inference.engine import InferenceEngine, Policy
+from hermes_nb.inference.contract import Policy
+from hermes_nb.inference.engine import InferenceEngine
 from hermes_nb.inference.sampler import RowResult, SampleRow
 from hermes_nb.protocol.inference import FinishReason
 from hermes_nb.system.devices import resolve_hardware

@@ -58,6 +58,8 @@ HEALTH_TIMEOUT_S = 1.0
 PORT_ATTEMPTS = 3
 # What uvicorn and Python's OSError both say of EADDRINUSE (lower-cased).
 PORT_IN_USE = "address already in use"
+# The trainer's process: an entry point above the parts it assembles (``hermes_nb.processes``), named once, here.
+TRAINER_MODULE = "hermes_nb.processes.trainer"
 
 
 @dataclass
@@ -200,7 +202,7 @@ class Supervisor:
         checked at start: ``hermes_nb.runs.sampler_choice``), which imports ``hermes_nb`` through the package link."""
         python = self.config.infra.trainer_python
         environment = base if python is None else env_python_environment(base)
-        argv = [python or sys.executable, "-m", "hermes_nb.trainer", "--config", str(self.paths.config)]
+        argv = [python or sys.executable, "-m", TRAINER_MODULE, "--config", str(self.paths.config)]
         return ChildCommand(argv=argv, environment=environment)
 
     def env_command(self, base: dict[str, str]) -> ChildCommand:

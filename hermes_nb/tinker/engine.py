@@ -2,12 +2,12 @@
 (``hermes_nb.inference.server``) answers from a Tinker sampling client instead of a local model, so environments
 never change with the backend.
 
-It has the engine interface the server and the trainer use (``publish``, ``publish_weights``, ``sample``,
-``close``). ``Policy.model`` is a ``TinkerSampler`` (the SDK's sampling client for one set of published weights);
-the trainer publishes a new one after every optimizer step, and a request samples all its rows from the sampler
-current when it arrived, whose version it reports. Requests are not held back to be merged: each group goes to the
-server as one ``sample`` call with ``num_samples = n`` (the prompt is sent and prefilled once), and the SDK keeps
-many calls in flight at once, so the server batches them itself while the trainer's own calls proceed.
+It is a ``SamplingEngine`` (``hermes_nb.inference.contract``) whose weights are samplers: ``Policy.model`` is a
+``TinkerSampler`` (the SDK's sampling client for one set of published weights); the trainer publishes a new one after
+every optimizer step, and a request samples all its rows from the sampler current when it arrived, whose version it
+reports. Requests are not held back to be merged: each group goes to the server as one ``sample`` call with
+``num_samples = n`` (the prompt is sent and prefilled once), and the SDK keeps many calls in flight at once, so the
+server batches them itself while the trainer's own calls proceed.
 
 Stop strings are applied here (Tinker's ``stop`` takes token ids or strings, not both): a row ends after the token
 that completes a stop string, like the local sampler; tokens past it and their logprobs are dropped.
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_nb.inference.engine import Policy
+from hermes_nb.inference.contract import Policy, SamplingEngine
 from hermes_nb.inference.sampler import RowResult, SampleRow
 
 
@@ -100,34 +100,16 @@ def trim(row: SampleRow, tokens: list[int], logprobs: list[float], decode: Calla
     return result
 
 
-class TinkerEngine:
-    """Holds the live Tinker policy; ``await engine.sample(rows)`` from the server's event loop."""
+class TinkerEngine(SamplingEngine[TinkerSampler]):
+    """Holds the live Tinker policy; ``await engine.sample(rows)`` from the server's event loop. It has nothing to
+    close: the SDK's clients belong to the backend."""
 
-    def __init__(self) -> None:
-        self._policy: Policy | None = None
-        self._lock = threading.Lock()
-        self.batches_run = 0
-        self.rows_run = 0
-
-    @property
-    def policy(self) -> Policy | None:
-        return self._policy
-
-    def publish(self, policy: Policy) -> None:
-        with self._lock:
-            self._policy = policy
-
-    def publish_weights(self, weights: TinkerSampler, version: int) -> None:
+    def _take_weights(self, policy: Policy, weights: TinkerSampler, version: int) -> None:
         """The sampler of new weights, used by requests that arrive from now on."""
-        with self._lock:
-            if self._policy is None:
-                raise RuntimeError("publish a policy before publishing weights for it")
-            self._policy = dataclasses.replace(self._policy, model=weights, version=version)
+        self._policy = dataclasses.replace(policy, model=weights, version=version)
 
     async def sample(self, rows: list[SampleRow]) -> tuple[list[RowResult], int]:
-        policy = self._policy
-        if policy is None:
-            raise RuntimeError("no policy loaded yet")
+        policy = self._sampling_policy()
         sampler: TinkerSampler = policy.model
         from hermes_nb.tinker.calls import import_tinker
 
@@ -150,8 +132,7 @@ class TinkerEngine:
             raise
         results = self._results(groups, responses, policy.decode)
         sampler.stats.add(sum(len(r.token_ids) for r in results), len(groups))
-        self.batches_run += 1
-        self.rows_run += len(rows)
+        self._count(len(rows))
         return results, policy.version
 
     @staticmethod
@@ -169,9 +150,6 @@ class TinkerEngine:
                     raise RuntimeError("Tinker returned a sample without a logprob per token; training needs them")
                 results.append(trim(row, list(sequence.tokens), logprobs, decode))
         return results
-
-    def close(self) -> None:
-        """Nothing to release here: the SDK's clients belong to the backend."""
 
 
 def checkpoint_policy(model_dir: Any, name: str) -> Policy | None:

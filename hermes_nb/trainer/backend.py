@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from hermes_nb.config import RunConfig, base_model_dir
+from hermes_nb.inference.contract import SamplingEngine
 from hermes_nb.protocol.run_files import CONFIG_FILE
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
 
@@ -99,7 +100,9 @@ def initial_weights(config: RunConfig) -> Path | None:
 
 class BackendParts(NamedTuple):
     """What a trainer process trains and serves with for ``trainer.backend``: given by its entry point
-    (``hermes_nb.backends.PARTS``), so this package never imports the implementations that build on it."""
+    (``hermes_nb.processes.trainer`` hands ``hermes_nb.backends.PARTS``), so this package never imports the
+    implementations that build on it. The engine takes what the backend's ``save_weights_for_sampler`` publishes,
+    whose type only the backend knows (``SamplerHandle.policy``)."""
 
     make_backend: Callable[[RunConfig], TrainingBackend]
-    make_engine: Callable[[RunConfig], Any]
+    make_engine: Callable[[RunConfig], SamplingEngine[Any]]

@@ -1,4 +1,5 @@
-"""The trainer process: inference server first (``/health`` 503 while loading), model, registration, loop.
+"""What the trainer process does (``run``): inference server first (``/health`` 503 while loading), model,
+registration, loop. Its entry point, arguments, signals and exit codes: ``hermes_nb.processes.trainer``.
 
 Starting point: ``infra.resume_checkpoint`` (weights, optimizer and RNG; steps continue after
 ``infra.start_step``), else ``infra.init_weights`` (weights only), else the base model. With
@@ -8,35 +9,25 @@ with ``trainer.dynamic_sampling`` they are filled with groups that carry signal
 
 After the final step the process keeps serving the policy while an environment is still registered, for at most
 ``FINAL_EVAL_GRACE`` seconds: the environment's final evaluation samples from this server.
-
-Exit codes: 0 after ``total_steps`` or a clean stop (SIGTERM/SIGINT: the current step finishes, a ``stop``
-checkpoint is saved, ``stopped`` is logged); 2 for a user error (one line in the log); ``DISK_FULL_EXIT`` (74)
-when a checkpoint or metrics write found the disk full (one ``disk full (...) while writing ...`` line); 1 for a
-crash (the traceback goes to stderr, which the supervisor redirects to ``logs/trainer_<run_id>.log``).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import os
-import signal
-import sys
 import threading
 import time
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import HermesNBError, TransferError
 from hermes_nb.protocol.auth import api_secret_from_env
-from hermes_nb.system.disk import DISK_FULL_EXIT, DiskFullError
 from hermes_nb.trainer.loop import LoopOutcome
 
 if TYPE_CHECKING:
-    from hermes_nb.inference.engine import InferenceEngine
+    from hermes_nb.inference.contract import SamplingEngine
     from hermes_nb.metrics.logger import MetricsLogger
     from hermes_nb.trainer.backend import BackendParts, TrainingBackend
     from hermes_nb.trajectory_api.client import SyncTrajectoryClient
@@ -52,10 +43,6 @@ FINAL_EVAL_GRACE = 120.0
 ENV_POLL_S = 0.2
 # A local /health answers in milliseconds; one that takes seconds means the API is going away.
 HEALTH_TIMEOUT_S = 5.0
-
-
-def _run_dir(config: RunConfig, config_path: Path) -> Path:
-    return Path(config.infra.run_dir) if config.infra.run_dir else config_path.parent
 
 
 def _metrics_logger(config: RunConfig, run_dir: Path) -> MetricsLogger:
@@ -120,7 +107,7 @@ def default_torch_threads() -> int:
     return max(1, (os.cpu_count() or 2) // 2)
 
 
-def serve_inference(engine: InferenceEngine, port: int | None, cleanup: contextlib.ExitStack) -> None:
+def serve_inference(engine: SamplingEngine[Any], port: int | None, cleanup: contextlib.ExitStack) -> None:
     """Serve ``engine`` on ``port`` (no port: no server) until ``cleanup`` closes, which also closes the engine."""
     from hermes_nb.inference.server import InferenceServer
 
@@ -154,7 +141,7 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event, parts: BackendP
     the engine, the API client and the metrics logger are closed on the way out."""
     import torch
 
-    from hermes_nb.inference.engine import Policy
+    from hermes_nb.inference.contract import Policy
     from hermes_nb.trainer.dynamic_sampling import with_dynamic_sampling
     from hermes_nb.trainer.loop import LoopSettings, run_training
     from hermes_nb.trainer.registration import registration_for
@@ -209,34 +196,3 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event, parts: BackendP
             logger.info("final checkpoint saved; serving the policy while the environment evaluates")
             wait_for_final_evaluation(api, stop)
         return outcome
-
-
-def main(parts: BackendParts, argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hermes_nb.trainer", description=__doc__)
-    parser.add_argument("--config", required=True, type=Path, help="the run's config.yaml")
-    args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # One line per /batch poll would bury the training log.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        logger.info("received %s: finishing the current step, then saving a checkpoint", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    try:
-        config = RunConfig.load(args.config)
-        outcome = run(config, _run_dir(config, args.config), stop, parts)
-    except DiskFullError as exc:
-        logger.error("%s", exc)
-        return DISK_FULL_EXIT
-    except HermesNBError as exc:
-        logger.error("%s", exc)
-        return 2
-    except Exception:
-        logger.exception("trainer crashed")
-        return 1
-    logger.info("trainer %s at step %d", outcome.reason, outcome.last_step)
-    return 0

@@ -22,7 +22,8 @@ from tool_model import overfit
 
 from hermes_nb.env import AgentEnv, AgentEnvConfig, ChatRenderer, QAItem
 from hermes_nb.env.server_config import APIServerConfig
-from hermes_nb.inference.engine import InferenceEngine, Policy
+from hermes_nb.inference.contract import Policy
+from hermes_nb.inference.engine import InferenceEngine
 from hermes_nb.inference.sampler import RowResult, SampleRow
 from hermes_nb.inference.server import InferenceServer
 from hermes_nb.protocol.inference import ChatMessage, FunctionCall, FunctionSpec, ToolCall, ToolSpec

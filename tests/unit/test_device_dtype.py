@@ -18,9 +18,10 @@ from transformers import AutoModelForCausalLM
 from hermes_nb.backends import PARTS, make_backend
 from hermes_nb.config import EnvironmentRef, RunConfig
 from hermes_nb.errors import ConfigError
-from hermes_nb.inference import __main__ as standalone
-from hermes_nb.inference.engine import InferenceEngine, Policy
+from hermes_nb.inference.contract import Policy
+from hermes_nb.inference.engine import InferenceEngine
 from hermes_nb.inference.sampler import SampleRow
+from hermes_nb.processes import inference_server as standalone
 from hermes_nb.runs.launcher import start_run
 from hermes_nb.system import home
 from hermes_nb.system.devices import check_device, resolve_hardware

@@ -11,7 +11,8 @@ import httpx
 import pytest
 import torch
 
-from hermes_nb.inference.engine import InferenceEngine, Policy
+from hermes_nb.inference.contract import Policy
+from hermes_nb.inference.engine import InferenceEngine
 from hermes_nb.inference.server import InferenceServer
 from hermes_nb.system.net import free_port
 from hermes_nb.testing import make_tiny_model

@@ -12,7 +12,8 @@ import pytest
 import torch
 from datums import completion_datum
 
-from hermes_nb.inference.engine import InferenceEngine, Policy
+from hermes_nb.inference.contract import Policy
+from hermes_nb.inference.engine import InferenceEngine
 from hermes_nb.inference.sampler import SampleRow
 from hermes_nb.testing import make_tiny_chat_model
 from hermes_nb.trainer.local_backend import LocalBackend

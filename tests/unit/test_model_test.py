@@ -1,7 +1,8 @@
 """rl_test_inference: the selected environment in process mode against each model, with real processes.
 
-Local models are served by real temporary inference servers (``python -m hermes_nb.inference``); endpoints are
-a fake OpenAI-compatible server on loopback (deterministic: half of each group answers "0") or a closed port.
+Local models are served by real temporary inference servers (``python -m hermes_nb.processes.inference_server``);
+endpoints are a fake OpenAI-compatible server on loopback (deterministic: half of each group answers "0") or a
+closed port.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from env_host_fakes import fake_inference_server, write_tiny_env
 from hermes_nb import api
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import NoEnvironmentSelectedError
+from hermes_nb.inference.local import SERVER_MODULE
 from hermes_nb.model_test.runner import InferenceTestError, InferenceTestResult, rl_test_inference
 from hermes_nb.model_test.targets import KEY_ENV_VAR, ModelReferenceError, resolve_targets
 from hermes_nb.system import home
@@ -174,7 +176,7 @@ def test_cancelling_mid_test_stops_the_server_and_the_environment(tiny_env: None
 
     running = asyncio.run(cancel_once_the_environment_runs())
     commands = list(running.values())
-    assert any("hermes_nb.inference" in c for c in commands) and any("hermes_nb.env" in c for c in commands)
+    assert any(SERVER_MODULE in c for c in commands) and any("hermes_nb.env" in c for c in commands)
     assert not any(_alive(p) for p in running)
     assert _children() == []
 
@@ -267,6 +269,6 @@ def test_inference_server_refuses_a_non_loopback_host(tmp_path: Path) -> None:
     model = tmp_path / "m"
     model.mkdir()
     (model / "config.json").write_text("{}", encoding="utf-8")
-    argv = [sys.executable, "-m", "hermes_nb.inference", "--model", str(model), "--port", "1", "--host", "0.0.0.0"]
+    argv = [sys.executable, "-m", SERVER_MODULE, "--model", str(model), "--port", "1", "--host", "0.0.0.0"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "loopback" in done.stderr

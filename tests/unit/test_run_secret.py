@@ -112,7 +112,8 @@ def inference_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The inference server, in-process as the trainer runs it, with the run's secret in the environment."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hermes_nb.inference.engine import InferenceEngine, Policy
+    from hermes_nb.inference.contract import Policy
+    from hermes_nb.inference.engine import InferenceEngine
     from hermes_nb.inference.server import InferenceServer
     from hermes_nb.testing import make_tiny_model
 

@@ -19,7 +19,8 @@ import psutil
 import pytest
 import torch
 
-from hermes_nb.inference.engine import InferenceEngine, Policy
+from hermes_nb.inference.contract import Policy
+from hermes_nb.inference.engine import InferenceEngine
 from hermes_nb.inference.sampler import SampleRow
 from hermes_nb.system.home import embedded_base_model_dir
 

@@ -24,6 +24,7 @@ from hermes_nb.protocol.checkpoints import read_checkpoints
 from hermes_nb.protocol.recorded_batches import read_trajectories
 from hermes_nb.protocol.run_files import CHECKPOINTS_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
+from hermes_nb.runs.supervisor import TRAINER_MODULE
 from hermes_nb.system.net import free_port
 from hermes_nb.testing import make_tiny_model
 from hermes_nb.trainer.local_backend import LocalBackend
@@ -168,7 +169,7 @@ def _start_trainer(tmp_path: Path, model_dir: Path, api_url: str, total_steps: i
     config.save(tmp_path / "config.yaml")
     with (tmp_path / "trainer.log").open("w") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
-            [sys.executable, "-m", "hermes_nb.trainer", "--config", str(tmp_path / "config.yaml")],
+            [sys.executable, "-m", TRAINER_MODULE, "--config", str(tmp_path / "config.yaml")],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=_env(),

@@ -14,7 +14,8 @@ import torch
 from hermes_nb.backends import make_backend
 from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.errors import TransferError
-from hermes_nb.inference.engine import InferenceEngine, Policy
+from hermes_nb.inference.contract import Policy
+from hermes_nb.inference.engine import InferenceEngine
 from hermes_nb.inference.sampler import SampleRow
 from hermes_nb.metrics.logger import MetricsLogger
 from hermes_nb.protocol import metrics as keys

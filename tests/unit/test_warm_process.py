@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_nb.runs.supervisor import TRAINER_MODULE
 from hermes_nb.runs.warm_start import install_stamp
 from hermes_nb.system.processes import child_environment
 from hermes_nb.system.warm_process import assign, assignment_for, release, spawn_warm
@@ -64,7 +65,7 @@ def test_a_released_warm_process_ends_without_running_anything(module_dir: Path,
 @pytest.mark.parametrize(
     "argv",
     [
-        ["/usr/bin/python3.12", "-m", "hermes_nb.trainer"],  # another interpreter: a vLLM or environment Python
+        ["/usr/bin/python3.12", "-m", TRAINER_MODULE],  # another interpreter: a vLLM or environment Python
         [sys.executable, "script.py"],  # not a module
         [sys.executable, "-m"],
     ],

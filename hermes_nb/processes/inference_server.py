@@ -1,8 +1,10 @@
-"""``python -m hermes_nb.inference --model DIR --port N [--host 127.0.0.1] [--threads 1]``: serve one model.
+"""``python -m hermes_nb.processes.inference_server --model DIR --port N [--host 127.0.0.1] [--threads 1]``: serve one
+model.
 
-A standalone inference server for a fixed model directory (a base model, a checkpoint): what
-``rl_test_inference`` starts per local model. The socket listens first and ``/health`` answers 503 until the
-model is loaded, so a caller waits on health, never on a sleep. SIGTERM or SIGINT stop it (cleanly once it serves).
+A standalone inference server for a fixed model directory (a base model, a checkpoint): what ``rl_test_inference``
+starts per local model (``hermes_nb.inference.local``), with the native engine, or Tinker's for a Tinker run's
+checkpoint. The socket listens first and ``/health`` answers 503 until the model is loaded, so a caller waits on health,
+never on a sleep. SIGTERM or SIGINT stop it (cleanly once it serves).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hermes_nb.inference.contract import Policy
+
 logger = logging.getLogger("hermes_nb.inference")
 
 # Exit status of a user error (bad arguments, no model there), as argparse uses.
@@ -24,7 +28,7 @@ USAGE_ERROR = 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m hermes_nb.inference", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, type=Path, help="a Hugging Face model directory (config.json)")
     parser.add_argument("--port", required=True, type=int, help="port to listen on (see system.net.free_port)")
     parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
@@ -61,10 +65,9 @@ def _hardware_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _load_policy(model_dir: Path, name: str, device: str = "auto", dtype: str = "auto") -> Any:
+def _load_policy(model_dir: Path, name: str, device: str = "auto", dtype: str = "auto") -> Policy:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hermes_nb.inference.engine import Policy
     from hermes_nb.system.devices import resolve_hardware
 
     hardware = resolve_hardware(device, dtype)
@@ -78,7 +81,7 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> int:
     import torch
 
     from hermes_nb.inference.engine import InferenceEngine
-    from hermes_nb.inference.server import InferenceServer
+    from hermes_nb.inference.server import Engine, InferenceServer
     from hermes_nb.protocol.tinker import read_checkpoint
     from hermes_nb.tinker.engine import TinkerEngine, checkpoint_policy
 
@@ -86,16 +89,21 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> int:
         torch.set_num_threads(args.threads)
     # A Tinker run's checkpoint holds no weights here: its sampler weights are served from the Tinker server.
     on_tinker = read_checkpoint(args.model) is not None
-    engine: Any = TinkerEngine() if on_tinker else InferenceEngine(seed=args.seed)
+    engine: Engine = TinkerEngine() if on_tinker else InferenceEngine(seed=args.seed)
     server = InferenceServer(engine, args.port, host=args.host)
     server.start()
     logger.info("listening on %s:%d; loading %s", args.host, args.port, args.model)
     try:
         name = args.name or args.model.name
-        if on_tinker:
-            engine.publish(checkpoint_policy(args.model, name))
-        else:
-            engine.publish(_load_policy(args.model, name, args.device, args.dtype))
+        policy = (
+            checkpoint_policy(args.model, name)
+            if on_tinker
+            else _load_policy(args.model, name, args.device, args.dtype)
+        )
+        if policy is None:
+            logger.error("--model: %s is a Tinker checkpoint without sampler weights; nothing to serve", args.model)
+            return USAGE_ERROR
+        engine.publish(policy)
         # Until now SIGTERM keeps its default (end at once): a server stopped while loading has nothing to save.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
