@@ -65,14 +65,14 @@ def one_start() -> tuple[float, float]:
 
 
 def cold_start() -> tuple[float, float]:
-    from hermes_nb.runs import warm_start
+    from hermes_nb.runs.supervision import warm_start
 
     warm_start.discard()
     return one_start()
 
 
 def warm_start_sample() -> tuple[float, float]:
-    from hermes_nb.runs import warm_start
+    from hermes_nb.runs.supervision import warm_start
 
     if not warm_start.wait_until_ready(120.0):
         raise RuntimeError("the warm kit the previous start left was not ready within 120 s (see logs/warm_kit.log)")

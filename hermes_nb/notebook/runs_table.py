@@ -21,7 +21,7 @@ from hermes_nb.notebook.refresher import Refresher
 from hermes_nb.plotting.sources import RunFilesSource
 from hermes_nb.protocol.run_state import TERMINAL_STATUSES
 from hermes_nb.runs.commands import rl_compare_runs, rl_delete_run
-from hermes_nb.runs.compare_results import HEADERS, RunRow, RunsTable, row_cells
+from hermes_nb.runs.table.rows import HEADERS, RunRow, RunsTable, row_cells
 from hermes_nb.syncio import run_sync
 
 # Header -> the sort column of rl_compare_runs; "differs" is not sortable (it is text made for reading).

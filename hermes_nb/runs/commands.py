@@ -12,10 +12,14 @@ from typing import Any
 
 from hermes_nb.config import InfraConfig, RunConfig
 from hermes_nb.errors import NoEnvironmentSelectedError
-from hermes_nb.runs import compare, history, launcher, notes, removal, status, stop, transfer
-from hermes_nb.runs.compare_results import RemovalResult, RunsTable, TagResult
-from hermes_nb.runs.registry import resolve_run
-from hermes_nb.runs.results import LogTail, RunList, RunResults, RunStatus, StartResult, StopResult
+from hermes_nb.runs import launcher, stop
+from hermes_nb.runs.run_dirs import resolve_run
+from hermes_nb.runs.table import compare, history, notes, removal, status
+from hermes_nb.runs.table.notes import TagResult
+from hermes_nb.runs.table.removal import RemovalResult
+from hermes_nb.runs.table.results import LogTail, RunList, RunResults, RunStatus, StartResult, StopResult
+from hermes_nb.runs.table.rows import RunsTable
+from hermes_nb.runs.transfer.resolve import resume_damage
 from hermes_nb.selection import editing, session
 from hermes_nb.selection.discovery import EnvironmentInfo
 from hermes_nb.selection.schema import read_schema
@@ -51,7 +55,7 @@ async def rl_start_training(resume_from: str | None = None, **overrides: Any) ->
     if overrides:
         state, _, _ = editing.apply_edits(state, overrides)
     resolved, run_state, paths = await asyncio.to_thread(launcher.start_run, state.config)
-    damaged = await asyncio.to_thread(transfer.resume_damage, resume_from) if resume_from else []
+    damaged = await asyncio.to_thread(resume_damage, resume_from) if resume_from else []
     return StartResult(
         run_id=run_state.run_id,
         status=run_state.status,

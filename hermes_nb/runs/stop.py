@@ -9,10 +9,10 @@ from hermes_nb.errors import RunStateError
 from hermes_nb.protocol.checkpoints import read_checkpoints
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import RunState
-from hermes_nb.runs import graces
-from hermes_nb.runs.reconcile import reconcile
-from hermes_nb.runs.registry import load_state, resolve_run
-from hermes_nb.runs.results import StopResult
+from hermes_nb.runs.run_dirs import load_state, resolve_run
+from hermes_nb.runs.supervision import graces
+from hermes_nb.runs.supervision.reconcile import reconcile
+from hermes_nb.runs.table.results import StopResult
 from hermes_nb.system import processes
 
 # The supervisor writes the terminal state as its last act; its own exit follows within milliseconds. A run

@@ -17,8 +17,8 @@ from nbclient.util import run_sync
 
 from hermes_nb.api import rl_stop_sweep, rl_stop_training
 from hermes_nb.notebook.headless import KERNEL_START_TIMEOUT_S, error_outputs, inject_parameters, kernel_manager_config
-from hermes_nb.runs.registry import known_run_ids
-from hermes_nb.runs.sweeps import known_sweep_ids, read_sweep
+from hermes_nb.runs.run_dirs import known_run_ids
+from hermes_nb.runs.sweep_dirs import known_sweep_ids, read_sweep
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "sweep.ipynb"
 CELL_TIMEOUT_S = 600

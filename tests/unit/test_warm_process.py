@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_nb.runs.warm_start import install_stamp
+from hermes_nb.runs.supervision.warm_start import install_stamp
 from hermes_nb.system.processes import child_environment
 from hermes_nb.system.warm_process import assign, assignment_for, release, spawn_warm
 

@@ -1,7 +1,7 @@
 """A warm kit: a detached process that becomes the supervisor of a kernel's next run, with that run's three
 processes already started and their imports done (``hermes_nb.system.warm_process``).
 
-    python -m hermes_nb.runs.warm_kit --detach FD READY_FD LOG
+    python -m hermes_nb.runs.supervision.warm_kit --detach FD READY_FD LOG
 
 The kernel makes one after each run it starts has trained its first step (``runs.warm_start``): it imports
 the supervisor and starts a warm API, trainer and environment process, writes a byte to
@@ -29,7 +29,7 @@ from pydantic import BaseModel
 # Stays below the floor of what it launches until warm: the kernel waits for this process to detach.
 from hermes_nb.system import processes
 
-KIT_MODULE = "hermes_nb.runs.warm_kit"
+KIT_MODULE = "hermes_nb.runs.supervision.warm_kit"
 # A warm kit holds about 0.5 GB (torch and transformers imported in its trainer); after half an hour without a
 # run it is more likely forgotten than about to be used.
 IDLE_TIMEOUT_S = 1800.0
@@ -150,7 +150,7 @@ def _wait_for_kernel(fd: int, ready_fd: int, imports: dict[str, int], ready_line
 
 
 def serve(fd: int, ready_fd: int, log_path: Path) -> int:
-    from hermes_nb.runs import supervisor
+    from hermes_nb.runs.supervision import supervisor
     from hermes_nb.system.home import run_paths
     from hermes_nb.system.warm_process import end_now, lower_session_priority, release
 
@@ -181,7 +181,7 @@ def serve(fd: int, ready_fd: int, log_path: Path) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 4 or argv[0] != "--detach":
-        print("usage: python -m hermes_nb.runs.warm_kit --detach FD READY_FD LOG", file=sys.stderr)
+        print("usage: python -m hermes_nb.runs.supervision.warm_kit --detach FD READY_FD LOG", file=sys.stderr)
         return 2
     fd, ready_fd, log_path = int(argv[1]), int(argv[2]), Path(argv[3])
     return processes.run_detached(lambda: serve(fd, ready_fd, log_path))

@@ -14,7 +14,7 @@ from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_state import TERMINAL_STATUSES
 from hermes_nb.protocol.tinker import TinkerRunInfo
 from hermes_nb.results import Result, format_duration, html_table
-from hermes_nb.runs.damage import Damage
+from hermes_nb.runs.supervision.damage import Damage
 
 ProcessStateName = Literal["running", "exited", "not started"]
 

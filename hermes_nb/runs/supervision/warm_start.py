@@ -27,7 +27,7 @@ from pathlib import Path
 
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import RunStateUnreadable, read_run_state
-from hermes_nb.runs.warm_kit import KIT_MODULE, HandOver
+from hermes_nb.runs.supervision.warm_kit import KIT_MODULE, HandOver
 from hermes_nb.system import home
 from hermes_nb.system.processes import spawn_group
 
