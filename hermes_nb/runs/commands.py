@@ -12,12 +12,14 @@ from typing import Any
 
 from hermes_nb.config import InfraConfig, RunConfig
 from hermes_nb.errors import NoEnvironmentSelectedError
-from hermes_nb.runs import launcher, stop
+from hermes_nb.runs import launcher
 from hermes_nb.runs.run_dirs import resolve_run
+from hermes_nb.runs.supervision import stop
+from hermes_nb.runs.supervision.stop import StopResult
 from hermes_nb.runs.table import compare, history, notes, removal, status
 from hermes_nb.runs.table.notes import TagResult
 from hermes_nb.runs.table.removal import RemovalResult
-from hermes_nb.runs.table.results import LogTail, RunList, RunResults, RunStatus, StartResult, StopResult
+from hermes_nb.runs.table.results import LogTail, RunList, RunResults, RunStatus, StartResult
 from hermes_nb.runs.table.rows import RunsTable
 from hermes_nb.runs.transfer.resolve import resume_damage
 from hermes_nb.selection import editing, session

@@ -24,7 +24,8 @@ from hermes_nb.config import RunConfig
 from hermes_nb.errors import HermesNBError
 from hermes_nb.protocol.run_state import ProcessRecord
 from hermes_nb.protocol.sweep_state import StopRule, SweepState, Variant
-from hermes_nb.runs import launcher, stop
+from hermes_nb.runs import launcher
+from hermes_nb.runs.supervision import stop
 from hermes_nb.runs.supervision.damage import current_state
 from hermes_nb.runs.sweep_dirs import driver_log, read_sweep, variant_config, write_sweep
 from hermes_nb.runs.sweeps.variants import eval_accuracy_at

@@ -18,10 +18,10 @@ from hermes_nb.config import RunConfig
 from hermes_nb.errors import HermesNBError, InvalidValueError, NoEnvironmentSelectedError, RunStateError
 from hermes_nb.protocol.run_state import TERMINAL_STATUSES
 from hermes_nb.protocol.sweep_state import StopRule, SweepState, Variant
-from hermes_nb.runs import launcher, stop
+from hermes_nb.runs import launcher
 from hermes_nb.runs.launcher import new_run_id
 from hermes_nb.runs.run_dirs import known_run_ids
-from hermes_nb.runs.supervision import graces
+from hermes_nb.runs.supervision import graces, stop
 from hermes_nb.runs.sweep_dirs import driver_log, known_sweep_ids, read_sweep, sweep_dir, variant_config, write_sweep
 from hermes_nb.runs.sweeps.driver import run_is_live
 from hermes_nb.runs.sweeps.results import BestVariant, SweepStatus, VariantRow

@@ -271,28 +271,6 @@ class RunStatus(Result):
         return f"<p>{head}</p>{html_table(['', ''], rows)}{error}{_damage_html(self.damaged)}"
 
 
-class StopResult(Result):
-    run_id: str
-    status: str
-    already_stopped: bool = False
-    final_checkpoint: str | None = None
-
-    def _dict(self) -> dict[str, Any]:
-        verb = "was already" if self.already_stopped else "is now"
-        return {
-            "success": True,
-            **self.model_dump(mode="json"),
-            "message": f"Run {self.run_id} {verb} {self.status}",
-        }
-
-    def _text_lines(self) -> list[str]:
-        verb = "was already" if self.already_stopped else "is now"
-        lines = [f"Run {self.run_id} {verb} {self.status}"]
-        if self.final_checkpoint:
-            lines.append(f"  final checkpoint: {self.final_checkpoint}")
-        return lines
-
-
 class RunSummary(BaseModel):
     run_id: str
     environment: str
