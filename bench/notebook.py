@@ -266,7 +266,7 @@ def bench_kernel(points: int, cells: int) -> None:
     from jupyter_client.manager import start_new_kernel
 
     from hermes_nb.protocol.run_state import RunState
-    from hermes_nb.runs.state_file import write_run_state
+    from hermes_nb.runs.supervision.state_file import write_run_state
     from hermes_nb.system import home
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,8 +8,8 @@ transformers, the floor under any trainer start, so the ratio says how much of t
     .venv/bin/python bench/startup.py [--runs 5]
 
 Cold and warm starts alternate (``--runs`` of each): a cold one after the kernel's warm kit is ended
-(``runs.warm_start.discard``), a warm one once the kit the previous start left is ready
-(``runs.warm_start.wait_until_ready``), as the second run of a notebook would find it.
+(``runs.supervision.warm_start.discard``), a warm one once the kit the previous start left is ready
+(``runs.supervision.warm_start.wait_until_ready``), as the second run of a notebook would find it.
 """
 
 from __future__ import annotations
@@ -65,14 +65,14 @@ def one_start() -> tuple[float, float]:
 
 
 def cold_start() -> tuple[float, float]:
-    from hermes_nb.runs import warm_start
+    from hermes_nb.runs.supervision import warm_start
 
     warm_start.discard()
     return one_start()
 
 
 def warm_start_sample() -> tuple[float, float]:
-    from hermes_nb.runs import warm_start
+    from hermes_nb.runs.supervision import warm_start
 
     if not warm_start.wait_until_ready(120.0):
         raise RuntimeError("the warm kit the previous start left was not ready within 120 s (see logs/warm_kit.log)")

@@ -181,7 +181,7 @@ def collect(arm: Arm) -> None:
     from hermes_nb.metrics.reader import read_all_metrics
     from hermes_nb.protocol.checkpoints import read_checkpoints
     from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT
-    from hermes_nb.runs.registry import resolve_run
+    from hermes_nb.runs.run_dirs import resolve_run
 
     paths = resolve_run(arm.run_id)
     steps = read_all_metrics(paths.metrics)

@@ -356,7 +356,7 @@ class SeedResult:
 
 
 def one_seed(seed: int, lr: float, args: argparse.Namespace) -> SeedResult:
-    from hermes_nb.runs import warm_start
+    from hermes_nb.runs.supervision import warm_start
 
     start = base_accuracy(seed)
     target = start + args.lift / 100

@@ -55,9 +55,9 @@ if TYPE_CHECKING:
     from hermes_nb.runs.commands import rl_stop_training as rl_stop_training
     from hermes_nb.runs.commands import rl_tag_run as rl_tag_run
     from hermes_nb.runs.commands import rl_tail_logs as rl_tail_logs
-    from hermes_nb.runs.sweep_commands import rl_stop_sweep as rl_stop_sweep
-    from hermes_nb.runs.sweep_commands import rl_sweep as rl_sweep
-    from hermes_nb.runs.sweep_commands import rl_sweep_status as rl_sweep_status
+    from hermes_nb.runs.sweeps.commands import rl_stop_sweep as rl_stop_sweep
+    from hermes_nb.runs.sweeps.commands import rl_sweep as rl_sweep
+    from hermes_nb.runs.sweeps.commands import rl_sweep_status as rl_sweep_status
     from hermes_nb.selection.commands import rl_edit_config as rl_edit_config
     from hermes_nb.selection.commands import rl_get_current_config as rl_get_current_config
     from hermes_nb.selection.commands import rl_list_environments as rl_list_environments

@@ -20,7 +20,7 @@ from hermes_nb.trainer.backend import BackendParts, TrainingBackend, initial_wei
 def make_backend(config: RunConfig) -> TrainingBackend:
     """The backend named by ``trainer.backend``: the architecture of ``trainer.base_model``, with the weights of
     ``initial_weights(config)`` when set (weights only: the optimizer starts fresh), and the KL penalty's reference
-    ``infra.reference_weights`` (``hermes_nb.runs.transfer``)."""
+    ``infra.reference_weights`` (``hermes_nb.runs.transfer.resolve``)."""
     trainer = config.trainer
     if trainer.backend == "tinker":
         from hermes_nb.tinker.backend import TinkerBackend

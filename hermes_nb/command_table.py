@@ -53,7 +53,7 @@ def _names(text: str | None) -> list[str] | None:
 
 
 def _grid(items: list[str]) -> dict[str, list[str]]:
-    from hermes_nb.runs.sweeps import parse_grid_items
+    from hermes_nb.runs.sweeps.variants import parse_grid_items
 
     return parse_grid_items(items)
 
@@ -171,7 +171,7 @@ RUN = Argument(
 )
 SELECTION = "hermes_nb.selection.commands"
 RUNS = "hermes_nb.runs.commands"
-SWEEPS = "hermes_nb.runs.sweep_commands"
+SWEEPS = "hermes_nb.runs.sweeps.commands"
 SWEEP = Argument("sweep_id", "sweep id (default: the newest sweep)", nargs="?", metavar="sweep")
 
 COMMANDS: tuple[Command, ...] = (

@@ -270,7 +270,8 @@ class TrainerConfig(BaseModel):
     transfer_weight: float = Field(default=0.0, ge=0, le=1, description="Fraction of each batch from the replay.")
     fine_tune_steps: int = Field(default=0, ge=0, description="Steps during which the replay is mixed in.")
     # Not infrastructure in the locked sense: the user chooses which API to train from; the run still resolves
-    # infra.api_url from it (hermes_nb.runs.ports). None: the run starts its own API on a free loopback port.
+    # infra.api_url from it (hermes_nb.runs.supervision.ports). None: the run starts its own API on a free loopback
+    # port.
     external_api_url: str | None = Field(
         default=None,
         description=(
@@ -406,9 +407,10 @@ class InfraConfig(BaseModel):
     api_port: int | None = None
     inference_port: int | None = None
     tokenizer_name: str | None = None
-    # Resolved from trainer.resume_from / pretrained_model_path / replay_from by the launcher (hermes_nb.runs.transfer)
-    # so that the trainer never has to interpret run ids: a checkpoint to resume (weights + optimizer + step), the
-    # step it continues after, initial weights only (transfer), the trajectories file to replay, and the reference.
+    # Resolved from trainer.resume_from / pretrained_model_path / replay_from by the launcher
+    # (hermes_nb.runs.transfer.resolve) so that the trainer never has to interpret run ids: a checkpoint to resume
+    # (weights + optimizer + step), the step it continues after, initial weights only (transfer), the trajectories
+    # file to replay, and the reference.
     resume_checkpoint: str | None = None
     start_step: int = 0
     init_weights: str | None = None

@@ -1,6 +1,6 @@
 """Typed results of the ``rl_*`` calls, each with a JSON form, a text form and an HTML form for notebooks.
 
-Each part keeps its own results beside it (``selection/results.py``, ``runs/results.py``,
+Each part keeps its own results beside it (``selection/results.py``, ``runs/table/results.py``,
 ``model_test/results.py``, ``rollouts/samples.py``); this module holds what they share. A result subclasses
 ``Result`` and overrides ``_text_lines()`` (and ``_html_body()`` where a table reads better).
 ``to_dict()`` answers with the keys of the Hermes Agent RL training tool (``file_path``, ``configurable_fields``,

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from hermes_nb.notebook.headless.execution import execute_notebook
     from hermes_nb.notebook.headless.terminal_progress import display_for, show_progress
     from hermes_nb.plotting.plot import save_metrics_plot
-    from hermes_nb.runs.registry import known_run_ids
+    from hermes_nb.runs.run_dirs import known_run_ids
 
     before = set(known_run_ids())
     print(f"executing {args.notebook} (home {home_dir}) ...", flush=True)

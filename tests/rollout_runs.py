@@ -14,7 +14,7 @@ from hermes_nb.env.types import SampledCompletion
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import RunState
 from hermes_nb.protocol.trajectory import CORRECT_OVERRIDE, MASK_IGNORE, ScoredDataGroup
-from hermes_nb.runs.state_file import write_run_state
+from hermes_nb.runs.supervision.state_file import write_run_state
 from hermes_nb.system.home import run_paths
 from hermes_nb.trainer.checkpoints import record_batch
 

@@ -123,7 +123,7 @@ def resolve_target(reference: str, hosted: HostedModelsConfig | None = None) -> 
         return _endpoint_target(reference, hosted)
     if (shipped := embedded_model_dir(reference)) is not None:
         return _model_dir_target(reference, shipped, "models")
-    from hermes_nb.runs.transfer import weights_path
+    from hermes_nb.runs.transfer.resolve import weights_path
 
     try:
         path = weights_path(reference)

@@ -13,8 +13,8 @@ import threading
 
 from hermes_nb.errors import UnknownRunError
 from hermes_nb.protocol.run_state import RunStateUnreadable, read_run_state
-from hermes_nb.runs.reconcile import supervisor_gone_cause
-from hermes_nb.runs.registry import known_run_ids, latest_run_id
+from hermes_nb.runs.run_dirs import known_run_ids, latest_run_id
+from hermes_nb.runs.supervision.reconcile import supervisor_gone_cause
 from hermes_nb.system import home
 
 # How many of the newest runs are looked at for one still going: a run is found among the few newest, and a

@@ -17,8 +17,8 @@ from hermes_nb.metrics.reader import read_metrics
 from hermes_nb.plotting.panels import PLOTTED_KEYS
 from hermes_nb.protocol.metrics import TRAINER_ONLY_KEYS, WANDB_STEP_KEY, MetricsRow
 from hermes_nb.protocol.run_files import ENV_METRICS_FILE, RUN_STATE_FILE, TRAINER_METRICS_FILE
-from hermes_nb.runs.damage import Damage, file_damage, read_state
-from hermes_nb.runs.lineage import predecessor_rows
+from hermes_nb.runs.supervision.damage import Damage, file_damage, read_state
+from hermes_nb.runs.transfer.lineage import predecessor_rows
 from hermes_nb.system import home
 from hermes_nb.system.home import run_paths
 
@@ -58,7 +58,7 @@ class RunFilesSource:
     def finished(self) -> bool:
         if not (self.run_dir / RUN_STATE_FILE).is_file():
             return False  # not written yet: the run is still starting
-        # A run.json that cannot be read is shown from the run's other files (hermes_nb.runs.damage).
+        # A run.json that cannot be read is shown from the run's other files (hermes_nb.runs.supervision.damage).
         return read_state(run_paths(self.run_id))[0].is_terminal
 
     def poll(self) -> list[MetricsRow]:

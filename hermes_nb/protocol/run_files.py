@@ -6,7 +6,7 @@ Where ``<home>`` is, ``hermes_nb.system.home`` decides (this module takes it as 
     <home>/session.json                 the selected environment and config (kernels, scripts and the CLI)
     <home>/inference_tests/<time>/      the files of one rl_test_inference
     <home>/logs/<process>_<run_id>.log
-    <home>/sweeps/<sweep_id>/sweep.json  a sweep: its variants, their runs and its driver (``hermes_nb.runs.sweeps``)
+    <home>/sweeps/<sweep_id>/sweep.json  a sweep: its variants, their runs and its driver (``runs.sweep_dirs``)
     <home>/archive/                     archived runs (``runs/``) and their logs (``logs/``), laid out as above
     <home>/runs/<run_id>/
         secret                          the run's secret, mode 0600 (``hermes_nb.protocol.auth``)
@@ -69,7 +69,7 @@ TINKER_WEIGHTS_DIR = "tinker_weights"
 RUN_NOTE_FILE = "note.txt"
 
 # The processes the supervisor starts, in start order; the supervisor itself logs too. "sweep" is a sweep's
-# driver (``hermes_nb.runs.sweep_driver``), recorded in its sweep.json, not in any run's.
+# driver (``hermes_nb.runs.sweeps.driver``), recorded in its sweep.json, not in any run's.
 ChildProcessName = Literal["api", "trainer", "env"]
 ProcessName = Literal["supervisor", "sweep", ChildProcessName]
 PROCESS_NAMES: tuple[str, ...] = get_args(ChildProcessName)

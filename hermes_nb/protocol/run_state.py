@@ -1,6 +1,6 @@
 """``run.json``: the state of one run, the only state shared between the kernel, the CLI and the supervisor.
 
-The record and its reader; ``hermes_nb.runs.state_file`` writes it (atomically, temp file + rename, by the
+The record and its reader; ``hermes_nb.runs.supervision.state_file`` writes it (atomically, temp file + rename, by the
 supervisor), so any reader in any process always sees a whole, valid record. A process is identified by pid *and*
 start time, so a reused pid is never mistaken for the run's.
 """
@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from hermes_nb.protocol.run_files import RUN_STATE_FILE, ProcessName
 
 # "unknown" is never written: readers show it when run.json cannot be read and no process of the run is running
-# (hermes_nb.runs.damage). Nothing will change such a run any more, so it counts as ended.
+# (hermes_nb.runs.supervision.damage). Nothing will change such a run any more, so it counts as ended.
 RunStatusName = Literal["starting", "running", "stopping", "stopped", "completed", "failed", "unknown"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"stopped", "completed", "failed", "unknown"})
 

@@ -1,8 +1,8 @@
 """``sweep.json``: the state of one sweep, shared by the kernel that asked for it, its driver and any reader.
 
 A sweep is a list of variants, each a set of config overrides run as one normal run. The driver
-(``hermes_nb.runs.sweep_driver``, a detached process) is the only writer while it lives; it writes atomically
-(``hermes_nb.runs.sweeps``), so a reader always sees a whole record. A variant's run status is not copied here:
+(``hermes_nb.runs.sweeps.driver``, a detached process) is the only writer while it lives; it writes atomically
+(``hermes_nb.runs.sweep_dirs``), so a reader always sees a whole record. A variant's run status is not copied here:
 the run's own ``run.json`` says it, and a reader looks there.
 """
 

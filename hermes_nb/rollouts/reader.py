@@ -14,7 +14,7 @@ from hermes_nb.protocol.recorded_batches import read_trajectories
 from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
 from hermes_nb.rollouts.decode import decoded_messages, run_tokenizer
 from hermes_nb.rollouts.samples import DEFAULT_SAMPLES, Sample, SampleOrder, SampleView
-from hermes_nb.runs.registry import resolve_run
+from hermes_nb.runs.run_dirs import resolve_run
 
 ORDERS: tuple[SampleOrder, ...] = ("recorded", "worst", "best")
 

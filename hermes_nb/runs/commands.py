@@ -11,10 +11,14 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from hermes_nb.runs import history, notes, service
-from hermes_nb.runs.compare_results import RemovalResult, RunsTable, TagResult
-from hermes_nb.runs.registry import resolve_run
-from hermes_nb.runs.results import LogTail, RunList, RunResults, RunStatus, StartResult, StopResult
+from hermes_nb.runs import service
+from hermes_nb.runs.run_dirs import resolve_run
+from hermes_nb.runs.supervision.stop import StopResult
+from hermes_nb.runs.table import history, notes
+from hermes_nb.runs.table.notes import TagResult
+from hermes_nb.runs.table.removal import RemovalResult
+from hermes_nb.runs.table.results import LogTail, RunList, RunResults, RunStatus, StartResult
+from hermes_nb.runs.table.rows import RunsTable
 
 
 async def rl_start_training(resume_from: str | None = None, **overrides: Any) -> StartResult:

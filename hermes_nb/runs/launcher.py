@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
+from secrets import choice as secure_choice
 
 from hermes_nb.config import EMBEDDED_CHAT_MODEL, RunConfig, base_model_dir, locked_env_values
 from hermes_nb.errors import ConfigError, LaunchError, NoEnvironmentSelectedError
@@ -17,13 +19,13 @@ from hermes_nb.metrics.wandb_names import wandb_run_name
 from hermes_nb.protocol.redaction import without_secrets
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import RunState
-from hermes_nb.runs import warm_start
-from hermes_nb.runs.external_trajectory_api import unusable_reason
-from hermes_nb.runs.ids import new_run_id
-from hermes_nb.runs.ports import pick_ports, with_ports
 from hermes_nb.runs.sampler_choice import choose_sampler
-from hermes_nb.runs.state_file import write_run_state
-from hermes_nb.runs.transfer import resolve_transfer
+from hermes_nb.runs.supervision import warm_start
+from hermes_nb.runs.supervision.damage import SUPERVISOR_MODULE
+from hermes_nb.runs.supervision.external_trajectory_api import unusable_reason
+from hermes_nb.runs.supervision.ports import pick_ports, with_ports
+from hermes_nb.runs.supervision.state_file import write_run_state
+from hermes_nb.runs.transfer.resolve import resolve_transfer
 from hermes_nb.system import home, secrets
 from hermes_nb.system.devices import check_device
 from hermes_nb.system.home import run_paths
@@ -33,6 +35,16 @@ from hermes_nb.trainer.backend import model_dir_for
 
 # The intermediate launcher process forks the supervisor (or a sweep's driver) and exits; it never takes long.
 SUPERVISOR_DETACH_TIMEOUT = 30.0
+# Run ids: sortable by creation time, unguessable, and safe as a file name on every platform. 10 characters of a
+# 32-letter alphabet = 50 bits: not guessable, still short enough to type.
+_ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
+_ID_RANDOM_CHARS = 10
+
+
+def new_run_id(now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
+    suffix = "".join(secure_choice(_ID_ALPHABET) for _ in range(_ID_RANDOM_CHARS))
+    return f"{stamp}-{suffix}"
 
 
 def validate_for_start(config: RunConfig) -> None:
@@ -93,7 +105,8 @@ def validate_framework(config: RunConfig) -> None:
 
 def validate_trajectory_api(config: RunConfig) -> None:
     """An external API (``trainer.external_api_url``) must answer and be able to serve this run's shape from its
-    start step (``hermes_nb.runs.external_trajectory_api``), so a wrong URL fails here, before anything is created."""
+    start step (``hermes_nb.runs.supervision.external_trajectory_api``), so a wrong URL fails here, before anything
+    is created."""
     trainer = config.trainer
     if not trainer.start_environment and trainer.external_api_url is None:
         raise ConfigError(
@@ -159,7 +172,7 @@ def initial_state(config: RunConfig, run_id: str) -> RunState:
 
 
 def spawn_supervisor(paths: RunPaths) -> None:
-    spawn_detached("supervisor", "hermes_nb.runs.supervisor", paths.run_id, paths.logs["supervisor"])
+    spawn_detached("supervisor", SUPERVISOR_MODULE, paths.run_id, paths.logs["supervisor"])
 
 
 def spawn_detached(what: str, module: str, key: str, log_path: Path) -> None:

@@ -13,10 +13,15 @@ from typing import Any
 
 from hermes_nb.config import InfraConfig, RunConfig
 from hermes_nb.errors import NoEnvironmentSelectedError
-from hermes_nb.runs import compare, launcher, removal, status, stop, transfer
-from hermes_nb.runs.compare_results import RemovalResult, RunsTable
-from hermes_nb.runs.registry import resolve_run
-from hermes_nb.runs.results import RunStatus, StartResult, StopResult
+from hermes_nb.runs import launcher
+from hermes_nb.runs.run_dirs import resolve_run
+from hermes_nb.runs.supervision import stop
+from hermes_nb.runs.supervision.stop import StopResult
+from hermes_nb.runs.table import compare, removal, status
+from hermes_nb.runs.table.removal import RemovalResult
+from hermes_nb.runs.table.results import RunStatus, StartResult
+from hermes_nb.runs.table.rows import RunsTable
+from hermes_nb.runs.transfer import resolve as transfer
 from hermes_nb.selection import editing, session
 from hermes_nb.selection.discovery import EnvironmentInfo
 from hermes_nb.selection.schema import read_schema_sync

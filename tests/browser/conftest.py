@@ -46,7 +46,7 @@ def jupyterlab(tmp_path: Path, hermes_home: Path) -> Iterator[JupyterLabServer]:
 def _stop_every_run() -> list[str]:
     """Stop any run the test left going (a failed assertion before Stop), through the core, as a user would."""
     from hermes_nb.api import rl_stop_training
-    from hermes_nb.runs.registry import known_run_ids
+    from hermes_nb.runs.run_dirs import known_run_ids
 
     stopped = []
     for run_id in known_run_ids():

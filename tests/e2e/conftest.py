@@ -8,7 +8,7 @@ import pytest
 from run_helpers import QUICK_TEST_CONFIG, run
 
 from hermes_nb.api import rl_load_config, rl_select_environment, rl_stop_training
-from hermes_nb.runs.registry import known_run_ids
+from hermes_nb.runs.run_dirs import known_run_ids
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ from hermes_nb.protocol.auth import SECRET_ENV
 from hermes_nb.protocol.checkpoints import CheckpointRecord, read_checkpoint_index
 from hermes_nb.protocol.run_files import TRAINER_STATE_FILE, RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
-from hermes_nb.runs.results import RunStatus
+from hermes_nb.runs.table.results import RunStatus
 from hermes_nb.system import processes
 from hermes_nb.system.home import run_paths
 from hermes_nb.system.secrets import read_run_secret
@@ -63,7 +63,8 @@ TOTAL_STEPS = 500
 PHASE_TIMEOUT_S = 180.0
 # Past the bound, status keeps being read this long, so a slow answer is measured rather than only failed.
 STATUS_WATCH_S = 30.0
-# The supervisor ends what is left in at most 3 x its 10 s peer grace (hermes_nb.runs.graces); reconcile in 5 s.
+# The supervisor ends what is left in at most 3 x its 10 s peer grace (hermes_nb.runs.supervision.graces);
+# reconcile in 5 s.
 CLEAN_TIMEOUT_S = 40.0
 # Phases are caught by polling run.json and the checkpoint folder: a checkpoint of the quick model takes tens of
 # milliseconds to write, and polling faster only takes more of the two cores the run needs.
@@ -261,7 +262,7 @@ def run_family(state: RunState) -> list[psutil.Process]:
 def expected_status(victim: str, phase: str) -> str:
     """``stopped`` for a kill during a stop: the user asked for the run to end, and it has (the stop's result and
     status name the last checkpoint actually listed; a supervisor that died mid-stop leaves it stopped too, see
-    ``hermes_nb.runs.reconcile``); ``failed`` otherwise, naming the process killed."""
+    ``hermes_nb.runs.supervision.reconcile``); ``failed`` otherwise, naming the process killed."""
     return "stopped" if phase == "stop" else "failed"
 
 

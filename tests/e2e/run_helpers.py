@@ -13,7 +13,7 @@ import psutil
 
 from hermes_nb.api import rl_check_status
 from hermes_nb.protocol.run_state import read_run_state
-from hermes_nb.runs.results import RunStatus
+from hermes_nb.runs.table.results import RunStatus
 from hermes_nb.system import home
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

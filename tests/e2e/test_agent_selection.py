@@ -9,7 +9,7 @@ import pytest
 from run_helpers import run, wait_for_status
 
 from hermes_nb.api import rl_select_environment, rl_start_training, rl_stop_training
-from hermes_nb.runs.registry import known_run_ids
+from hermes_nb.runs.run_dirs import known_run_ids
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

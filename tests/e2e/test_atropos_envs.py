@@ -34,7 +34,7 @@ from hermes_nb.protocol.recorded_batches import read_trajectories
 from hermes_nb.protocol.run_files import TRAJECTORIES_FILE
 from hermes_nb.protocol.run_state import read_run_state
 from hermes_nb.protocol.trajectory import MASK_IGNORE
-from hermes_nb.runs.registry import known_run_ids
+from hermes_nb.runs.run_dirs import known_run_ids
 from hermes_nb.system import home
 from hermes_nb.system.home import run_paths
 

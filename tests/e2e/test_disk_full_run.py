@@ -23,7 +23,7 @@ from hermes_nb.api import (
 from hermes_nb.config import RunConfig
 from hermes_nb.metrics.reader import read_metrics_file
 from hermes_nb.protocol.checkpoints import read_checkpoint_index
-from hermes_nb.runs.registry import known_run_ids
+from hermes_nb.runs.run_dirs import known_run_ids
 from hermes_nb.system.home import run_paths
 
 pytestmark = [pytest.mark.e2e]

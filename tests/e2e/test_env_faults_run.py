@@ -11,7 +11,7 @@ import pytest
 from run_helpers import QUICK_TEST_CONFIG, REPO_ROOT, run, wait_for_status
 
 from hermes_nb.api import rl_load_config, rl_select_environment, rl_start_training, rl_stop_training
-from hermes_nb.runs.registry import known_run_ids
+from hermes_nb.runs.run_dirs import known_run_ids
 from hermes_nb.system import home
 from hermes_nb.system.home import run_paths
 

@@ -20,7 +20,7 @@ from hermes_nb.api import (
     rl_test_inference,
 )
 from hermes_nb.frameworks.registry import FRAMEWORKS_VAR
-from hermes_nb.runs.registry import known_run_ids
+from hermes_nb.runs.run_dirs import known_run_ids
 from hermes_nb.system import home
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

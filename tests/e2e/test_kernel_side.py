@@ -11,8 +11,8 @@ from kernel_session import SETTLED_LEAKS, KernelSession
 from run_helpers import wait_for_status
 
 from hermes_nb.protocol.run_state import RunState
-from hermes_nb.runs.ids import new_run_id
-from hermes_nb.runs.state_file import write_run_state
+from hermes_nb.runs.launcher import new_run_id
+from hermes_nb.runs.supervision.state_file import write_run_state
 from hermes_nb.system import home
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.usefixtures("quick_env")]

@@ -15,8 +15,8 @@ import pytest
 
 from hermes_nb.api import rl_get_results, rl_stop_training
 from hermes_nb.notebook.headless.execution import error_outputs, execute_notebook, png_outputs
-from hermes_nb.runs.registry import known_run_ids
-from hermes_nb.runs.results import RunResults
+from hermes_nb.runs.run_dirs import known_run_ids
+from hermes_nb.runs.table.results import RunResults
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO_ROOT / "notebooks"

@@ -18,7 +18,7 @@ from hermes_nb.api import rl_edit_config, rl_get_samples, rl_select_environment,
 from hermes_nb.config import embedded_chat_model_dir
 from hermes_nb.errors import EnvironmentPythonError
 from hermes_nb.frameworks.openenv.interpreter import OPENENV_PYTHON_VAR
-from hermes_nb.runs.registry import known_run_ids
+from hermes_nb.runs.run_dirs import known_run_ids
 from hermes_nb.system import home
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "openenv"

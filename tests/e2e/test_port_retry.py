@@ -11,7 +11,7 @@ from run_helpers import run, wait_for_status
 from hermes_nb.api import rl_start_training, rl_stop_training
 from hermes_nb.config import RunConfig
 from hermes_nb.protocol.run_state import read_run_state
-from hermes_nb.runs import ports
+from hermes_nb.runs.supervision import ports
 from hermes_nb.system.home import run_paths
 from hermes_nb.system.net import LOOPBACK, free_port
 

@@ -26,7 +26,7 @@ from run_helpers import QUICK_TEST_CONFIG, run, run_pids, wait_for_status
 from hermes_nb.api import rl_check_status, rl_load_config, rl_select_environment, rl_start_training, rl_stop_training
 from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV
 from hermes_nb.protocol.run_files import RUN_SECRET_FILE
-from hermes_nb.runs.results import RunStatus
+from hermes_nb.runs.table.results import RunStatus
 from hermes_nb.system import home
 from hermes_nb.system.secrets import read_run_secret
 from hermes_nb.trajectory_api.client import SyncTrajectoryClient
@@ -86,7 +86,7 @@ def test_no_run_process_has_the_secret_in_its_argv_and_its_servers_get_it_from_t
     assert secret not in listing
     for proc in processes:
         assert secret not in " ".join(proc.cmdline())
-    children = [p for p in processes if "hermes_nb.runs.supervisor" not in " ".join(p.cmdline())]
+    children = [p for p in processes if "hermes_nb.runs.supervision.supervisor" not in " ".join(p.cmdline())]
     assert all(p.environ().get(SECRET_ENV) == secret for p in children)
     assert all(p.environ().get(API_SECRET_ENV) == secret for p in children)
 

@@ -11,7 +11,7 @@ from run_helpers import alive_after, run_pids
 
 from hermes_nb.config import InfraConfig
 from hermes_nb.runs import service
-from hermes_nb.runs.results import RunStatus
+from hermes_nb.runs.table.results import RunStatus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("quick_env")]
 

@@ -23,7 +23,7 @@ from hermes_nb.api import rl_load_config, rl_select_environment, rl_start_traini
 from hermes_nb.protocol.auth import bearer_headers
 from hermes_nb.protocol.run_state import read_run_state
 from hermes_nb.protocol.trajectory import HealthResponse
-from hermes_nb.runs.registry import known_run_ids
+from hermes_nb.runs.run_dirs import known_run_ids
 from hermes_nb.system import home
 from hermes_nb.system.home import run_paths
 from hermes_nb.system.secrets import read_run_secret

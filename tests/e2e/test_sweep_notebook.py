@@ -22,8 +22,8 @@ from hermes_nb.notebook.headless.execution import (
     inject_parameters,
     kernel_manager_config,
 )
-from hermes_nb.runs.registry import known_run_ids
-from hermes_nb.runs.sweeps import known_sweep_ids, read_sweep
+from hermes_nb.runs.run_dirs import known_run_ids
+from hermes_nb.runs.sweep_dirs import known_sweep_ids, read_sweep
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "sweep.ipynb"
 CELL_TIMEOUT_S = 600

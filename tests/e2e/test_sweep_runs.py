@@ -9,7 +9,7 @@ import pytest
 from run_helpers import alive, run, run_pids, wait_for_status
 
 from hermes_nb.api import rl_get_results, rl_stop_sweep, rl_sweep, rl_sweep_status
-from hermes_nb.runs.sweeps import read_sweep
+from hermes_nb.runs.sweep_dirs import read_sweep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("quick_env")]
 

@@ -40,8 +40,8 @@ from hermes_nb.protocol.checkpoints import read_checkpoints
 from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, TRAIN_KL
 from hermes_nb.protocol.run_files import CONFIG_FILE
 from hermes_nb.protocol.tinker import read_checkpoint
-from hermes_nb.runs.registry import known_run_ids
-from hermes_nb.runs.results import StartResult
+from hermes_nb.runs.run_dirs import known_run_ids
+from hermes_nb.runs.table.results import StartResult
 from hermes_nb.system.home import embedded_base_model_dir
 from hermes_nb.tinker.backend import TinkerBackend
 from hermes_nb.trainer.checkpoints import save_checkpoint

@@ -29,7 +29,7 @@ from hermes_nb.api import (
 )
 from hermes_nb.config import embedded_chat_model_dir
 from hermes_nb.frameworks.verifiers.interpreter import VERIFIERS_PYTHON_VAR
-from hermes_nb.runs.registry import known_run_ids
+from hermes_nb.runs.run_dirs import known_run_ids
 from hermes_nb.system import home
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "verifiers"

@@ -18,9 +18,9 @@ from run_helpers import REPO_ROOT, alive_after, finite, run, run_pids, wait_for_
 
 from hermes_nb.api import rl_check_status, rl_start_training, rl_stop_training
 from hermes_nb.protocol.run_state import read_run_state
-from hermes_nb.runs import warm_start
-from hermes_nb.runs.damage import live_supervisor
-from hermes_nb.runs.warm_kit import IDLE_TIMEOUT_VAR, READY_LINE
+from hermes_nb.runs.supervision import warm_start
+from hermes_nb.runs.supervision.damage import live_supervisor
+from hermes_nb.runs.supervision.warm_kit import IDLE_TIMEOUT_VAR, READY_LINE
 from hermes_nb.system import home
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("quick_env")]
@@ -123,8 +123,8 @@ def test_a_kernel_whose_environment_changed_starts_cold_and_ends_the_stale_kit(
 KERNEL = """
 import asyncio, sys, time
 from hermes_nb.api import rl_check_status, rl_load_config, rl_select_environment, rl_start_training
-from hermes_nb.runs import warm_start
-from hermes_nb.runs.damage import live_supervisor
+from hermes_nb.runs.supervision import warm_start
+from hermes_nb.runs.supervision.damage import live_supervisor
 asyncio.run(rl_select_environment("arithmetic"))
 asyncio.run(rl_load_config(sys.argv[1]))
 run_id = asyncio.run(rl_start_training(total_steps=2)).run_id

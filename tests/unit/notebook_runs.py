@@ -14,7 +14,7 @@ from hermes_nb.protocol.metrics import (
 )
 from hermes_nb.protocol.run_files import ENV_METRICS_FILE, TRAINER_METRICS_FILE
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, RunStatusName
-from hermes_nb.runs.state_file import write_run_state
+from hermes_nb.runs.supervision.state_file import write_run_state
 from hermes_nb.system import home
 
 

@@ -21,7 +21,7 @@ from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_files import ProcessName, RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, RunStatusName
-from hermes_nb.runs.state_file import write_run_state
+from hermes_nb.runs.supervision.state_file import write_run_state
 from hermes_nb.system.home import run_paths
 
 FINISHED_ID = "20250101-120000-abcdefghjk"

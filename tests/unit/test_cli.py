@@ -19,7 +19,7 @@ from run_dirs import FINISHED_ID, OTHER_ID, TRAINER_ROWS, this_process, write_fi
 from hermes_nb import api
 from hermes_nb.cli import EXIT_RUN_FAILED, build_parser, follow_run, main, print_started
 from hermes_nb.model_test import runner
-from hermes_nb.runs.results import StartResult
+from hermes_nb.runs.table.results import StartResult
 from hermes_nb.system import home
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ from hermes_nb.plotting import save_metrics_plot
 from hermes_nb.protocol.checkpoints import CheckpointRecord
 from hermes_nb.protocol.run_files import TRAINER_STATE_FILE, RunPaths
 from hermes_nb.protocol.trajectory import ScoredDataGroup
-from hermes_nb.runs.damage import Damage
+from hermes_nb.runs.supervision.damage import Damage
 from hermes_nb.system.disk import append_record
 from hermes_nb.system.home import PROJECT_ROOT
 from hermes_nb.trainer.checkpoints import record_batch

@@ -30,7 +30,7 @@ from hermes_nb.protocol.recorded_batches import read_trajectories, trajectories_
 from hermes_nb.protocol.run_files import CHECKPOINTS_FILE, DISK_RESERVE_FILE, TRAJECTORIES_FILE
 from hermes_nb.protocol.run_state import RunState, read_run_state
 from hermes_nb.protocol.trajectory import ScoredDataGroup
-from hermes_nb.runs.state_file import write_run_state
+from hermes_nb.runs.supervision.state_file import write_run_state
 from hermes_nb.system.disk import DiskFullError, append_record, disk_full_errno, free_bytes
 from hermes_nb.testing import make_tiny_model
 from hermes_nb.trainer.checkpoints import load_checkpoint, record_batch, save_checkpoint

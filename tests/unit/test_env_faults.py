@@ -28,7 +28,7 @@ from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.trajectory import Registration, ScoredDataGroup
-from hermes_nb.runs.status import check_status
+from hermes_nb.runs.table.status import check_status
 from hermes_nb.system.home import run_paths
 from hermes_nb.trajectory_api.client import TrajectoryClient
 from hermes_nb.trajectory_api.server import create_app

@@ -22,10 +22,10 @@ from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.errors import ConfigError, HermesNBError
 from hermes_nb.protocol.run_state import RunState
 from hermes_nb.protocol.trajectory import RegisterEnv, Registration
-from hermes_nb.runs import trajectory_api_forms
-from hermes_nb.runs.ports import with_ports
-from hermes_nb.runs.registry import known_run_ids
-from hermes_nb.runs.supervisor import Supervisor
+from hermes_nb.runs.run_dirs import known_run_ids
+from hermes_nb.runs.supervision import trajectory_api_forms
+from hermes_nb.runs.supervision.ports import with_ports
+from hermes_nb.runs.supervision.supervisor import Supervisor
 from hermes_nb.system.home import run_paths
 from hermes_nb.system.net import LOOPBACK, free_port
 from hermes_nb.trajectory_api import SyncTrajectoryClient
@@ -154,7 +154,7 @@ def test_an_external_api_serving_another_trainer_refuses_the_start_with_both_sha
 @pytest.mark.usefixtures("arithmetic")
 def test_an_external_api_with_this_runs_shape_at_its_start_step_is_accepted(fresh_run_api: str) -> None:
     # e.g. a start that failed before its first batch, tried again: the API kept the first registration.
-    from hermes_nb.runs.external_trajectory_api import unusable_reason
+    from hermes_nb.runs.supervision.external_trajectory_api import unusable_reason
     from hermes_nb.selection import session
 
     with SyncTrajectoryClient(fresh_run_api) as api:

@@ -30,7 +30,7 @@ def floors_in(doc_text: str) -> dict[str, int]:
 
 
 def part_of(module: str, modules: dict[str, Path], package_dir: Path) -> str:
-    """The table entry a module belongs to: ``hermes_nb.runs.stop`` -> ``runs/``, ``hermes_nb.api`` -> ``api.py``."""
+    """The table entry of a module: ``hermes_nb.runs.table.notes`` -> ``runs/``, ``hermes_nb.api`` -> ``api.py``."""
     parts = module.split(".")
     if len(parts) == 1:
         return "__init__.py"

@@ -22,7 +22,7 @@ from hermes_nb.notebook.magics import HermesNB
 from hermes_nb.notebook.widgets.live_plot import LivePlot
 from hermes_nb.protocol.run_state import ProcessRecord
 from hermes_nb.runs.commands import rl_tail_logs
-from hermes_nb.runs.results import LogTail, RunStatus, StartResult
+from hermes_nb.runs.table.results import LogTail, RunStatus, StartResult
 from hermes_nb.selection.results import ConfigView, EnvironmentList, SelectionResult
 from hermes_nb.syncio import run_sync
 from hermes_nb.system import home

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hermes_nb.plotting.sources import RunFilesSource
 from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_files import ENV_METRICS_FILE, TRAINER_METRICS_FILE
-from hermes_nb.runs.status import latest_metrics
+from hermes_nb.runs.table.status import latest_metrics
 from hermes_nb.system import home
 
 TRAINER_ROW = MetricsRow(

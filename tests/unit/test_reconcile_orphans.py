@@ -15,7 +15,7 @@ from run_dirs import dead_process, write_state
 
 from hermes_nb import api
 from hermes_nb.protocol.run_state import ProcessRecord, RunStatusName, read_run_state
-from hermes_nb.runs import reconcile
+from hermes_nb.runs.supervision import reconcile
 from hermes_nb.system.home import run_paths
 
 RUN_ID = "20250103-100000-abcdefghjk"

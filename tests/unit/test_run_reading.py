@@ -30,7 +30,7 @@ from hermes_nb.errors import HermesNBError, UnknownRunError
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, read_run_state
-from hermes_nb.runs import wandb_remote
+from hermes_nb.runs.table import wandb_remote
 
 T = TypeVar("T")
 RUNNING_ID = "20250102-090000-hjkmnpqrst"

@@ -299,7 +299,7 @@ def test_run_children_get_the_secret_in_their_environment_and_an_external_api_ne
     from hermes_nb.config import RunConfig
     from hermes_nb.protocol.auth import API_SECRET_ENV
     from hermes_nb.protocol.run_state import RunState
-    from hermes_nb.runs.supervisor import Supervisor
+    from hermes_nb.runs.supervision.supervisor import Supervisor
 
     monkeypatch.setenv(API_SECRET_ENV, "inherited-from-elsewhere")
     config = RunConfig.model_validate({"trainer": {"external_api_url": external}})

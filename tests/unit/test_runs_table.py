@@ -10,7 +10,7 @@ from run_dirs import MID, NEW, OLD, make_run, this_process, write_three_runs
 
 from hermes_nb import api
 from hermes_nb.errors import InvalidValueError, RunStateError, UnknownRunError
-from hermes_nb.runs.config_diff import value_label
+from hermes_nb.runs.table.config_diff import value_label
 from hermes_nb.system import home
 
 

@@ -14,8 +14,8 @@ from run_dirs import write_state
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import RunStateError
 from hermes_nb.protocol.run_state import ProcessRecord, RunState
-from hermes_nb.runs import graces, stop
-from hermes_nb.runs.supervisor import Child, Supervisor
+from hermes_nb.runs.supervision import graces, stop
+from hermes_nb.runs.supervision.supervisor import Child, Supervisor
 from hermes_nb.system.home import run_paths
 
 RUN_ID = "20250101-120000-abcdefghjk"

@@ -6,7 +6,7 @@ import pytest
 
 from hermes_nb.config import RunConfig
 from hermes_nb.protocol.run_state import RunState
-from hermes_nb.runs.supervisor import Supervisor
+from hermes_nb.runs.supervision.supervisor import Supervisor
 from hermes_nb.system.home import run_paths
 
 RUN_ID = "20250101-120000-abcdefghjk"

@@ -17,9 +17,10 @@ from hermes_nb.config import EnvironmentRef, RunConfig, TrainerConfig
 from hermes_nb.errors import HermesNBError, InvalidValueError
 from hermes_nb.protocol.sweep_state import StopRule, SweepState, Variant
 from hermes_nb.runs import launcher
-from hermes_nb.runs.sweep_commands import DRIVER_MODULE, oversubscription, reconciled, sweep_status
-from hermes_nb.runs.sweep_driver import Driver, early_stop_reason
-from hermes_nb.runs.sweeps import driver_log, expand, parse_grid_items, read_sweep, variant_config, write_sweep
+from hermes_nb.runs.sweep_dirs import driver_log, read_sweep, variant_config, write_sweep
+from hermes_nb.runs.sweeps.driver import Driver, early_stop_reason
+from hermes_nb.runs.sweeps.lifecycle import DRIVER_MODULE, oversubscription, reconciled, sweep_status
+from hermes_nb.runs.sweeps.variants import expand, parse_grid_items
 from hermes_nb.system import home, processes
 
 SWEEP_ID = "20250101-090000-ssssssssss"

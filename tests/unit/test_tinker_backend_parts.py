@@ -30,7 +30,7 @@ from hermes_nb.protocol.tinker import (
     write_checkpoint,
     write_run_info,
 )
-from hermes_nb.runs.transfer import check_tinker_source
+from hermes_nb.runs.transfer.resolve import check_tinker_source
 from hermes_nb.system.net import free_port
 from hermes_nb.tinker import datums as tinker_datums
 from hermes_nb.tinker.backend import TinkerBackend, sampler_weights_path

@@ -24,7 +24,7 @@ from hermes_nb.protocol.checkpoints import read_checkpoints
 from hermes_nb.protocol.recorded_batches import read_trajectories
 from hermes_nb.protocol.run_files import CHECKPOINTS_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
-from hermes_nb.runs.supervisor import TRAINER_MODULE
+from hermes_nb.runs.supervision.supervisor import TRAINER_MODULE
 from hermes_nb.system.net import free_port
 from hermes_nb.testing import make_tiny_model
 from hermes_nb.trainer.local_backend import LocalBackend

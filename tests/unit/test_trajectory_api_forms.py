@@ -1,5 +1,5 @@
-"""The two forms of a run's trajectory API (``runs/trajectory_api_forms.py``): what each does before the start,
-when probed while the run lives, and when a process of the run fails.
+"""The two forms of a run's trajectory API (``runs/supervision/trajectory_api_forms.py``): what each does before
+the start, when probed while the run lives, and when a process of the run fails.
 
 Real APIs on loopback; the probe reads them through the supervisor's own client. Whole runs against an external
 API are tests/e2e/test_external_api_runs.py.
@@ -16,11 +16,11 @@ import pytest
 from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.protocol.run_state import RunState
 from hermes_nb.protocol.trajectory import RegisterEnv, Registration
-from hermes_nb.runs import trajectory_api_forms
-from hermes_nb.runs.outcomes import Launched, LaunchFailed, StopRequested
-from hermes_nb.runs.ports import with_ports
-from hermes_nb.runs.supervisor import Supervisor
-from hermes_nb.runs.trajectory_api_forms import ApiProbe, ExternalApi, OwnedApi
+from hermes_nb.runs.supervision import trajectory_api_forms
+from hermes_nb.runs.supervision.outcomes import Launched, LaunchFailed, StopRequested
+from hermes_nb.runs.supervision.ports import with_ports
+from hermes_nb.runs.supervision.supervisor import Supervisor
+from hermes_nb.runs.supervision.trajectory_api_forms import ApiProbe, ExternalApi, OwnedApi
 from hermes_nb.system.home import run_paths
 from hermes_nb.system.net import LOOPBACK, free_port
 from hermes_nb.trajectory_api import SyncTrajectoryClient, TrajectoryAPIError

@@ -11,8 +11,8 @@ from hermes_nb.config import EnvironmentRef, RunConfig, TrainerConfig
 from hermes_nb.errors import TransferError
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import RunState
-from hermes_nb.runs.state_file import write_run_state
-from hermes_nb.runs.transfer import resolve_transfer
+from hermes_nb.runs.supervision.state_file import write_run_state
+from hermes_nb.runs.transfer.resolve import resolve_transfer
 from hermes_nb.system import home
 from hermes_nb.system.home import run_paths
 from hermes_nb.testing import ModelShape, make_tiny_model

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_nb.runs.supervisor import TRAINER_MODULE
-from hermes_nb.runs.warm_start import install_stamp
+from hermes_nb.runs.supervision.supervisor import TRAINER_MODULE
+from hermes_nb.runs.supervision.warm_start import install_stamp
 from hermes_nb.system.processes import child_environment
 from hermes_nb.system.warm_process import assign, assignment_for, release, spawn_warm
 

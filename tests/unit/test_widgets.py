@@ -25,7 +25,7 @@ from hermes_nb.notebook.widgets.config_form import ConfigForm
 from hermes_nb.notebook.widgets.monitor import LOG_LINES, RunMonitor, format_eta
 from hermes_nb.notebook.widgets.picker import EnvironmentPicker
 from hermes_nb.protocol.run_state import ProcessRecord
-from hermes_nb.runs.results import StartResult
+from hermes_nb.runs.table.results import StartResult
 from hermes_nb.syncio import run_sync
 from hermes_nb.system import home
 

@@ -26,8 +26,8 @@ from hermes_nb.notebook.headless.execution import CellProgress
 from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_state import RunStateUnreadable, read_run_state
 from hermes_nb.results import format_duration
-from hermes_nb.runs.registry import known_run_ids
-from hermes_nb.runs.status import eta_seconds, latest_metrics
+from hermes_nb.runs.run_dirs import known_run_ids
+from hermes_nb.runs.table.status import eta_seconds, latest_metrics
 from hermes_nb.system.home import run_paths
 
 # The trainer logs a row about every 0.1 s: a read each second keeps the bar current, and reads only new lines.

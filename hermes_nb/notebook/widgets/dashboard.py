@@ -14,7 +14,7 @@ from hermes_nb.notebook.widgets.config_form import ConfigForm
 from hermes_nb.notebook.widgets.live_plot import DEFAULT_REFRESH_INTERVAL_S, LivePlot
 from hermes_nb.notebook.widgets.monitor import DEFAULT_STATUS_INTERVAL_S, RunMonitor
 from hermes_nb.notebook.widgets.picker import EnvironmentPicker
-from hermes_nb.runs.results import RunStatus, StartResult
+from hermes_nb.runs.table.results import RunStatus, StartResult
 from hermes_nb.selection.results import SelectionResult
 
 

@@ -19,7 +19,7 @@ from hermes_nb.notebook.widgets.log_view import log_html, tail_lines
 from hermes_nb.notebook.widgets.refresher import Refresher
 from hermes_nb.results import format_duration
 from hermes_nb.runs import service
-from hermes_nb.runs.results import RunStatus, StartResult
+from hermes_nb.runs.table.results import RunStatus, StartResult
 
 # The run monitor re-reads run.json and the log tail this often; a status read is a few small file reads.
 DEFAULT_STATUS_INTERVAL_S = 2.0
@@ -179,6 +179,6 @@ def _ending(status: RunStatus) -> str:
 
 
 def _newest_run() -> str | None:
-    from hermes_nb.runs.registry import latest_run_id
+    from hermes_nb.runs.run_dirs import latest_run_id
 
     return latest_run_id()

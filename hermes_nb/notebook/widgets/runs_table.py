@@ -21,7 +21,7 @@ from hermes_nb.notebook.widgets.refresher import Refresher
 from hermes_nb.plotting.sources import RunFilesSource
 from hermes_nb.protocol.run_state import TERMINAL_STATUSES
 from hermes_nb.runs import service
-from hermes_nb.runs.compare_results import HEADERS, RunRow, RunsTable, row_cells
+from hermes_nb.runs.table.rows import HEADERS, RunRow, RunsTable, row_cells
 
 # Header -> the sort column of rl_compare_runs; "differs" is not sortable (it is text made for reading).
 _SORT_OF_HEADER = {

@@ -10,10 +10,19 @@ import os
 
 from hermes_nb.errors import InvalidValueError
 from hermes_nb.protocol.run_files import RUN_NOTE_FILE, RunPaths
-from hermes_nb.runs.registry import resolve_run
+from hermes_nb.results import Result
+from hermes_nb.runs.run_dirs import resolve_run
 
 # A note is a table cell: a few words ("best so far", "lr too high"), not a lab notebook.
 MAX_NOTE_CHARS = 200
+
+
+class TagResult(Result):
+    run_id: str
+    note: str
+
+    def _text_lines(self) -> list[str]:
+        return [f"{self.run_id}: note {self.note!r}" if self.note else f"{self.run_id}: note removed"]
 
 
 def read_note(paths: RunPaths) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_nb.protocol.run_files import RunPaths
-from hermes_nb.runs.results import WandbRemote
+from hermes_nb.runs.table.results import WandbRemote
 
 # W&B's API is rate-limited and slow; a status call every few seconds must not hit it each time.
 DEFAULT_INTERVAL_SECONDS = 30 * 60

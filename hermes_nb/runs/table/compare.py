@@ -13,13 +13,13 @@ from typing import Any
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import ConfigError, InvalidValueError
 from hermes_nb.protocol import metrics as keys
-from hermes_nb.runs import history
-from hermes_nb.runs.compare_results import RunRow, RunsTable
-from hermes_nb.runs.config_diff import differences, flat_config, label, ordered
-from hermes_nb.runs.damage import current_state
-from hermes_nb.runs.notes import read_note
-from hermes_nb.runs.registry import known_run_ids, resolve_run
-from hermes_nb.runs.sweeps import read_sweep, sweep_of_runs
+from hermes_nb.runs.run_dirs import known_run_ids, resolve_run
+from hermes_nb.runs.supervision.damage import current_state
+from hermes_nb.runs.sweep_dirs import read_sweep, sweep_of_runs
+from hermes_nb.runs.table import history
+from hermes_nb.runs.table.config_diff import differences, flat_config, label, ordered
+from hermes_nb.runs.table.notes import read_note
+from hermes_nb.runs.table.rows import RunRow, RunsTable
 
 # Column -> the value it sorts by, and whether larger comes first by default (best runs first, newest first).
 _SORTS: dict[str, tuple[Callable[[RunRow], Any], bool]] = {

@@ -1,4 +1,5 @@
-"""Warm starts: the kernel keeps one warm kit (``runs.warm_kit``) ready, and the next run it starts is handed to it.
+"""Warm starts: the kernel keeps one warm kit (``runs.supervision.warm_kit``) ready, and hands it the next run
+it starts.
 
 Every run a kernel (or script) starts leaves a kit behind it, made by a thread of the kernel once that run has
 trained its first step (nothing of it competes with that start); the next ``rl_start_training`` hands its run to
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import RunStateUnreadable, read_run_state
-from hermes_nb.runs.warm_kit import KIT_MODULE, HandOver
+from hermes_nb.runs.supervision.warm_kit import KIT_MODULE, HandOver
 from hermes_nb.system import home
 from hermes_nb.system.processes import spawn_group
 

@@ -1,13 +1,13 @@
 """A warm kit: a detached process that becomes the supervisor of a kernel's next run, with that run's three
 processes already started and their imports done (``hermes_nb.system.warm_process``).
 
-    python -m hermes_nb.runs.warm_kit --detach FD READY_FD LOG
+    python -m hermes_nb.runs.supervision.warm_kit --detach FD READY_FD LOG
 
-The kernel makes one after each run it starts has trained its first step (``runs.warm_start``): it imports
+The kernel makes one after each run it starts has trained its first step (``runs.supervision.warm_start``): it imports
 the supervisor and starts a warm API, trainer and environment process, writes a byte to
 ``READY_FD`` once all three have imported (the kernel's ``warm_start.wait_until_ready``), and blocks on ``FD``, the
 read end of a pipe the kernel holds. A line there is the hand-over (the next run's id, the kernel's environment and
-working directory at that moment): the kit becomes that run's supervisor (``runs.supervisor``) and its warm
+working directory at that moment): the kit becomes that run's supervisor (``runs.supervision.supervisor``) and its warm
 processes become the run's, each told its command line (until then their output, and the kit's, goes to ``LOG``).
 The end of the pipe (the kernel ended or closed it) or ``IDLE_TIMEOUT_S`` without a hand-over ends the kit and its
 warm processes. While it waits it uses no CPU. Its processes import at the lowest priority, beside the run that
@@ -29,7 +29,7 @@ from pydantic import BaseModel
 # Stays below the floor of what it launches until warm: the kernel waits for this process to detach.
 from hermes_nb.system import processes
 
-KIT_MODULE = "hermes_nb.runs.warm_kit"
+KIT_MODULE = "hermes_nb.runs.supervision.warm_kit"
 # A warm kit holds about 0.5 GB (torch and transformers imported in its trainer); after half an hour without a
 # run it is more likely forgotten than about to be used.
 IDLE_TIMEOUT_S = 1800.0
@@ -150,7 +150,7 @@ def _wait_for_kernel(fd: int, ready_fd: int, imports: dict[str, int], ready_line
 
 
 def serve(fd: int, ready_fd: int, log_path: Path) -> int:
-    from hermes_nb.runs import supervisor
+    from hermes_nb.runs.supervision import supervisor
     from hermes_nb.system.home import run_paths
     from hermes_nb.system.warm_process import end_now, lower_session_priority, release
 
@@ -181,7 +181,7 @@ def serve(fd: int, ready_fd: int, log_path: Path) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 4 or argv[0] != "--detach":
-        print("usage: python -m hermes_nb.runs.warm_kit --detach FD READY_FD LOG", file=sys.stderr)
+        print("usage: python -m hermes_nb.runs.supervision.warm_kit --detach FD READY_FD LOG", file=sys.stderr)
         return 2
     fd, ready_fd, log_path = int(argv[1]), int(argv[2]), Path(argv[3])
     return processes.run_detached(lambda: serve(fd, ready_fd, log_path))

@@ -14,7 +14,7 @@ from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_state import TERMINAL_STATUSES
 from hermes_nb.protocol.tinker import TinkerRunInfo
 from hermes_nb.results import Result, format_duration, html_table
-from hermes_nb.runs.damage import Damage
+from hermes_nb.runs.supervision.damage import Damage
 
 ProcessStateName = Literal["running", "exited", "not started"]
 
@@ -269,28 +269,6 @@ class RunStatus(Result):
             rows.append(["Tinker", remote])
         error = f"<pre style='color:#b00'>{self.error}</pre>" if self.error else ""
         return f"<p>{head}</p>{html_table(['', ''], rows)}{error}{_damage_html(self.damaged)}"
-
-
-class StopResult(Result):
-    run_id: str
-    status: str
-    already_stopped: bool = False
-    final_checkpoint: str | None = None
-
-    def _dict(self) -> dict[str, Any]:
-        verb = "was already" if self.already_stopped else "is now"
-        return {
-            "success": True,
-            **self.model_dump(mode="json"),
-            "message": f"Run {self.run_id} {verb} {self.status}",
-        }
-
-    def _text_lines(self) -> list[str]:
-        verb = "was already" if self.already_stopped else "is now"
-        lines = [f"Run {self.run_id} {verb} {self.status}"]
-        if self.final_checkpoint:
-            lines.append(f"  final checkpoint: {self.final_checkpoint}")
-        return lines
 
 
 class RunSummary(BaseModel):

@@ -6,7 +6,7 @@ a kernel restart. It is the only writer of ``sweep.json`` while it lives. Each v
 (``launcher.start_run``: its own supervisor, processes, secret and logs), stopped through the normal stop.
 SIGTERM asks it to stop the sweep: its live runs are stopped (each saves its final checkpoint), no more start.
 
-    python -m hermes_nb.runs.sweep_driver [--detach] SWEEP_ID
+    python -m hermes_nb.runs.sweeps.driver [--detach] SWEEP_ID
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ from hermes_nb.config import RunConfig
 from hermes_nb.errors import HermesNBError
 from hermes_nb.protocol.run_state import ProcessRecord
 from hermes_nb.protocol.sweep_state import StopRule, SweepState, Variant
-from hermes_nb.runs import launcher, stop
-from hermes_nb.runs.damage import current_state
-from hermes_nb.runs.sweeps import driver_log, eval_accuracy_at, read_sweep, variant_config, write_sweep
+from hermes_nb.runs import launcher
+from hermes_nb.runs.supervision import stop
+from hermes_nb.runs.supervision.damage import current_state
+from hermes_nb.runs.sweep_dirs import driver_log, read_sweep, variant_config, write_sweep
+from hermes_nb.runs.sweeps.variants import eval_accuracy_at
 from hermes_nb.system import processes
 from hermes_nb.system.home import run_paths
 
@@ -146,7 +148,7 @@ class Driver:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m hermes_nb.runs.sweep_driver SWEEP_ID", file=sys.stderr)
+        print("usage: python -m hermes_nb.runs.sweeps.driver SWEEP_ID", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s sweep %(levelname)s %(message)s", stream=sys.stderr)
     state = read_sweep(args[0])

@@ -8,8 +8,8 @@ from pydantic import BaseModel, Field
 
 from hermes_nb.protocol.sweep_state import StopRule
 from hermes_nb.results import Result, html_table
-from hermes_nb.runs.compare_results import RunRow, row_cells
-from hermes_nb.runs.config_diff import short_name, value_label
+from hermes_nb.runs.table.config_diff import short_name, value_label
+from hermes_nb.runs.table.rows import RunRow, row_cells
 
 
 class VariantRow(BaseModel):

@@ -1,5 +1,6 @@
-"""``rl_sweep``, ``rl_sweep_status`` and ``rl_stop_sweep``: a grid of config overrides run as normal runs by a
-detached driver (``runs/sweep_driver.py``), so the sweep outlives the kernel that asked for it.
+"""A sweep's life: a grid of config overrides run as normal runs by a detached driver (``runs/sweeps/driver.py``),
+so the sweep outlives the kernel that asked for it; created, followed (its driver reconciled, its best variant
+named) and stopped here, under the thin ``rl_*`` layer in ``commands.py``.
 
 Every variant is checked before anything starts (its overrides on the current config, as ``rl_edit_config``
 checks them, then what a start checks): one bad value refuses the whole sweep, naming the variant and the field.
@@ -7,55 +8,35 @@ checks them, then what a start checks): one bad value refuses the whole sweep, n
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import HermesNBError, InvalidValueError, NoEnvironmentSelectedError, RunStateError
+from hermes_nb.protocol.run_state import TERMINAL_STATUSES
 from hermes_nb.protocol.sweep_state import StopRule, SweepState, Variant
-from hermes_nb.runs import graces, launcher, stop
-from hermes_nb.runs.compare import run_row
-from hermes_nb.runs.ids import new_run_id
-from hermes_nb.runs.registry import known_run_ids
-from hermes_nb.runs.sweep_driver import run_is_live
-from hermes_nb.runs.sweep_results import BestVariant, SweepStatus, VariantRow
-from hermes_nb.runs.sweeps import (
-    Grid,
-    driver_log,
-    expand,
-    known_sweep_ids,
-    read_sweep,
-    sweep_dir,
-    variant_config,
-    write_sweep,
-)
-from hermes_nb.selection import editing, session
+from hermes_nb.runs import launcher
+from hermes_nb.runs.launcher import new_run_id
+from hermes_nb.runs.run_dirs import known_run_ids
+from hermes_nb.runs.supervision import graces, stop
+from hermes_nb.runs.sweep_dirs import driver_log, known_sweep_ids, read_sweep, sweep_dir, variant_config, write_sweep
+from hermes_nb.runs.sweeps.driver import run_is_live
+from hermes_nb.runs.sweeps.results import BestVariant, SweepStatus, VariantRow
+from hermes_nb.runs.sweeps.variants import Grid, expand
+from hermes_nb.runs.table.compare import run_row
+from hermes_nb.selection import editing
 from hermes_nb.selection.session import SessionState
 from hermes_nb.system import processes, secrets
 from hermes_nb.system.home import run_paths
 
-DRIVER_MODULE = "hermes_nb.runs.sweep_driver"
+DRIVER_MODULE = "hermes_nb.runs.sweeps.driver"
 # The driver records itself within a second of being forked; a sweep without a driver after this never got one.
 DRIVER_START_SECONDS = 30.0
-
-
-def _stop_rule(stop_if: StopRule | Mapping[str, Any] | None) -> StopRule | None:
-    if stop_if is None or isinstance(stop_if, StopRule):
-        return stop_if
-    try:
-        return StopRule.model_validate(dict(stop_if))
-    except (ValidationError, TypeError, ValueError) as exc:
-        detail = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
-        where = ".".join(str(p) for p in detail["loc"])
-        raise InvalidValueError(
-            f"stop_if{'.' + where if where else ''}: {detail['msg']} (e.g. StopRule(step=10, below_best_by=15))"
-        ) from None
+# A variant with no run to wait for (it could not start, or its run was deleted since) counts as done.
+_DONE_WITHOUT_RUN = ("not started", "deleted")
 
 
 def variant_configs(state: SessionState, overrides: list[dict[str, Any]]) -> list[RunConfig]:
@@ -185,7 +166,7 @@ def sweep_status(sweep_id: str | None, warnings: list[str] | None = None) -> Swe
         sweep_id = ids[0]
     sweep = reconciled(read_sweep(sweep_id))
     rows = [_variant_row(sweep.sweep_id, v) for v in sweep.variants]
-    done = sum(1 for r in rows if r.status not in ("pending", "starting", "running", "stopping"))
+    done = sum(1 for r in rows if r.status in TERMINAL_STATUSES or r.status in _DONE_WITHOUT_RUN)
     return SweepStatus(
         sweep_id=sweep.sweep_id,
         name=sweep.name,
@@ -228,35 +209,3 @@ def stop_sweep(sweep_id: str | None, wait: bool = True) -> SweepStatus:
             f"sweep {sweep.sweep_id} did not stop within {timeout:.0f} s; see {driver_log(sweep.sweep_id)}"
         )
     return sweep_status(sweep.sweep_id)
-
-
-async def rl_sweep(
-    grid: Grid,
-    max_concurrent: int = 1,
-    stop_if: StopRule | Mapping[str, Any] | None = None,
-    name: str | None = None,
-) -> SweepStatus:
-    """Run the selected environment once per variant of ``grid``, each a normal run of the current config with
-    the variant's overrides, ``max_concurrent`` at a time, by a detached driver (the sweep survives the kernel).
-
-    ``grid``: ``{"trainer.learning_rate": [1e-4, 3e-4], "env.group_size": [8, 16]}`` (every combination) or a list
-    of overrides (``[{"trainer.learning_rate": 1e-4}, ...]``), with ``rl_edit_config``'s names. Every variant is
-    checked before any run starts. ``stop_if=StopRule(step=10, below_best_by=15)`` stops a run whose held-out
-    accuracy at step 10 is more than 15 points below the best run's there. ``rl_sweep_status`` follows it and
-    names the best variant, whose ``config_path`` ``rl_load_config`` takes.
-    """
-    rule = _stop_rule(stop_if)
-    state = session.load()
-    sweep, warnings = await asyncio.to_thread(create_sweep, state, grid, max_concurrent, rule, name)
-    return await asyncio.to_thread(sweep_status, sweep.sweep_id, warnings)
-
-
-async def rl_sweep_status(sweep_id: str | None = None) -> SweepStatus:
-    """Progress of a sweep (the newest when ``sweep_id`` is None): each variant's run, status and accuracy, and the
-    best variant so far with its config."""
-    return await asyncio.to_thread(sweep_status, sweep_id)
-
-
-async def rl_stop_sweep(sweep_id: str | None = None, wait: bool = True) -> SweepStatus:
-    """Stop a sweep: its live runs stop gracefully (final checkpoints), and no more variants start."""
-    return await asyncio.to_thread(stop_sweep, sweep_id, wait)

@@ -2,7 +2,7 @@
 
 - :class:`OwnedApi`: the run launches it (its command line, on the run's API port), it requires the run's secret,
   and it is one of the run's processes: its exit is watched and it is stopped with the run like the others.
-- :class:`ExternalApi` (``trainer.external_api_url``, ``hermes_nb.runs.external_trajectory_api``): already
+- :class:`ExternalApi` (``trainer.external_api_url``, ``hermes_nb.runs.supervision.external_trajectory_api``): already
   running; checked before the run starts anything, probed while the run lives, and blamed for a failure while it
   is gone. It is never started, never signalled, and never sent the run's secret.
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Protocol
 
 from hermes_nb.config import RunConfig
-from hermes_nb.runs import external_trajectory_api
-from hermes_nb.runs.outcomes import Launched, LaunchFailed, LaunchOutcome, StopRequested
+from hermes_nb.runs.supervision import external_trajectory_api
+from hermes_nb.runs.supervision.outcomes import Launched, LaunchFailed, LaunchOutcome, StopRequested
 from hermes_nb.system.net import LOOPBACK
 from hermes_nb.trajectory_api.client import ApiReadiness
 

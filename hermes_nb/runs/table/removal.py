@@ -7,14 +7,33 @@ changes; the answer lists what would go, so a widget or an agent can ask first.
 from __future__ import annotations
 
 import shutil
+from typing import Any
 
 from hermes_nb.errors import RunStateError
 from hermes_nb.protocol.run_files import LOGS_DIR, RUNS_DIR, RunPaths
-from hermes_nb.runs.compare_results import RemovalResult
-from hermes_nb.runs.damage import current_state
-from hermes_nb.runs.registry import resolve_run
-from hermes_nb.runs.sweeps import read_sweep, sweep_of_runs
+from hermes_nb.results import Result
+from hermes_nb.runs.run_dirs import resolve_run
+from hermes_nb.runs.supervision.damage import current_state
+from hermes_nb.runs.sweep_dirs import read_sweep, sweep_of_runs
 from hermes_nb.system import home
+
+
+class RemovalResult(Result):
+    run_id: str
+    action: str  # "delete" or "archive"
+    done: bool  # False: nothing changed yet (no confirmation); the paths are what would go
+    paths: list[str]
+    archived_to: str | None = None
+
+    def _dict(self) -> dict[str, Any]:
+        message = (
+            f"{self.action}d run {self.run_id}" if self.done
+            else f"nothing changed: call again with confirm=True to {self.action} run {self.run_id}"
+        )  # fmt: skip
+        return {**self.model_dump(mode="json"), "message": message}
+
+    def _text_lines(self) -> list[str]:
+        return [str(self._dict()["message"]), *(f"  {path}" for path in self.paths)]
 
 
 def _files(paths: RunPaths) -> list[str]:

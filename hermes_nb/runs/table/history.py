@@ -10,11 +10,11 @@ from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.checkpoints import read_checkpoint_index
 from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_files import LOGGED_PROCESSES, RunPaths
-from hermes_nb.runs.damage import current_state, file_damage
-from hermes_nb.runs.lineage import predecessor_rows
-from hermes_nb.runs.registry import known_run_ids, resolve_run
-from hermes_nb.runs.results import AlgorithmMetrics, LogTail, RunList, RunResults, RunSummary
-from hermes_nb.runs.wandb_remote import TRAINER_RUN_FILE
+from hermes_nb.runs.run_dirs import known_run_ids, resolve_run
+from hermes_nb.runs.supervision.damage import current_state, file_damage
+from hermes_nb.runs.table.results import AlgorithmMetrics, LogTail, RunList, RunResults, RunSummary
+from hermes_nb.runs.table.wandb_remote import TRAINER_RUN_FILE
+from hermes_nb.runs.transfer.lineage import predecessor_rows
 from hermes_nb.system.home import run_paths
 from hermes_nb.system.logtail import tail_lines
 

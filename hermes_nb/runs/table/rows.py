@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from hermes_nb.results import Result, format_duration, html_table, value_text
-from hermes_nb.runs.config_diff import short_name, value_label
+from hermes_nb.runs.table.config_diff import short_name, value_label
 
 # The table shows this many differing fields per row; the row's ``differs`` has them all.
 SHOWN_DIFFERENCES = 4
@@ -89,29 +89,3 @@ class RunsTable(Result):
             return "<p>No runs yet.</p>"
         caption = f"<p>differences against <code>{self.baseline}</code>, sorted by {self.sort_by}</p>"
         return caption + html_table(HEADERS, [row_cells(row) for row in self.rows])
-
-
-class TagResult(Result):
-    run_id: str
-    note: str
-
-    def _text_lines(self) -> list[str]:
-        return [f"{self.run_id}: note {self.note!r}" if self.note else f"{self.run_id}: note removed"]
-
-
-class RemovalResult(Result):
-    run_id: str
-    action: str  # "delete" or "archive"
-    done: bool  # False: nothing changed yet (no confirmation); the paths are what would go
-    paths: list[str]
-    archived_to: str | None = None
-
-    def _dict(self) -> dict[str, Any]:
-        message = (
-            f"{self.action}d run {self.run_id}" if self.done
-            else f"nothing changed: call again with confirm=True to {self.action} run {self.run_id}"
-        )  # fmt: skip
-        return {**self.model_dump(mode="json"), "message": message}
-
-    def _text_lines(self) -> list[str]:
-        return [str(self._dict()["message"]), *(f"  {path}" for path in self.paths)]

@@ -4,21 +4,44 @@ from __future__ import annotations
 
 import signal
 import time
+from typing import Any
 
 from hermes_nb.errors import RunStateError
 from hermes_nb.protocol.checkpoints import read_checkpoints
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import RunState
-from hermes_nb.runs import graces
-from hermes_nb.runs.reconcile import reconcile
-from hermes_nb.runs.registry import load_state, resolve_run
-from hermes_nb.runs.results import StopResult
+from hermes_nb.results import Result
+from hermes_nb.runs.run_dirs import load_state, resolve_run
+from hermes_nb.runs.supervision import graces
+from hermes_nb.runs.supervision.reconcile import reconcile
 from hermes_nb.system import processes
 
 # The supervisor writes the terminal state as its last act; its own exit follows within milliseconds. A run
 # whose supervisor died is ended by a reader within reconcile.ORPHAN_STOP_GRACE and a SIGKILL.
 SUPERVISOR_EXIT_WAIT_SECONDS = 10.0
 POLL_SECONDS = 0.1
+
+
+class StopResult(Result):
+    run_id: str
+    status: str
+    already_stopped: bool = False
+    final_checkpoint: str | None = None
+
+    def _dict(self) -> dict[str, Any]:
+        verb = "was already" if self.already_stopped else "is now"
+        return {
+            "success": True,
+            **self.model_dump(mode="json"),
+            "message": f"Run {self.run_id} {verb} {self.status}",
+        }
+
+    def _text_lines(self) -> list[str]:
+        verb = "was already" if self.already_stopped else "is now"
+        lines = [f"Run {self.run_id} {verb} {self.status}"]
+        if self.final_checkpoint:
+            lines.append(f"  final checkpoint: {self.final_checkpoint}")
+        return lines
 
 
 def _final_checkpoint(paths: RunPaths) -> str | None:

@@ -15,7 +15,7 @@ import psutil
 
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
-from hermes_nb.runs.state_file import write_run_state
+from hermes_nb.runs.supervision.state_file import write_run_state
 from hermes_nb.system import processes
 from hermes_nb.system.disk import DiskFullError
 from hermes_nb.system.logtail import tail_lines

@@ -30,12 +30,13 @@ from hermes_nb.protocol.checkpoints import CheckpointIndex, read_checkpoint_inde
 from hermes_nb.protocol.recorded_batches import trajectories_tail
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, RunStateUnreadable, read_run_state
-from hermes_nb.runs.reconcile import reconcile
-from hermes_nb.runs.warm_kit import KIT_MODULE
+from hermes_nb.runs.supervision.reconcile import reconcile
+from hermes_nb.runs.supervision.warm_kit import KIT_MODULE
 
 # The supervisor's command line names its module and the run id (hermes_nb.runs.launcher.spawn_supervisor); a warm
-# kit that became a run's supervisor (hermes_nb.runs.warm_kit) is known by its output, the run's supervisor log.
-SUPERVISOR_MODULE = "hermes_nb.runs.supervisor"
+# kit that became a run's supervisor (hermes_nb.runs.supervision.warm_kit) is known by its output, the run's
+# supervisor log.
+SUPERVISOR_MODULE = "hermes_nb.runs.supervision.supervisor"
 # How much of an unreadable run.json's complaint is shown: enough to recognise it, never a screenful.
 _DETAIL_CHARS = 160
 

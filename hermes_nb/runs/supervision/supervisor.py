@@ -4,7 +4,7 @@ It owns ``run.json``: it is the only writer while it lives. Start-up waits on he
 sleeps; every wait has a timeout; every outcome is a typed value that the caller handles. SIGTERM asks it to
 stop the run gracefully (the trainer saves a final checkpoint first).
 
-    python -m hermes_nb.runs.supervisor RUN_ID
+    python -m hermes_nb.runs.supervision.supervisor RUN_ID
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from hermes_nb.inference.health import health_or_none
 from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV
 from hermes_nb.protocol.run_files import PROCESS_NAMES, RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
-from hermes_nb.runs import graces
-from hermes_nb.runs.outcomes import Launched, LaunchFailed, LaunchOutcome, StopRequested
-from hermes_nb.runs.ports import PORT_BINDERS, pick_ports, with_ports
-from hermes_nb.runs.state_file import write_run_state
-from hermes_nb.runs.trajectory_api_forms import ApiProbe, TrajectoryApiForm, api_form
+from hermes_nb.runs.supervision import graces
+from hermes_nb.runs.supervision.outcomes import Launched, LaunchFailed, LaunchOutcome, StopRequested
+from hermes_nb.runs.supervision.ports import PORT_BINDERS, pick_ports, with_ports
+from hermes_nb.runs.supervision.state_file import write_run_state
+from hermes_nb.runs.supervision.trajectory_api_forms import ApiProbe, TrajectoryApiForm, api_form
 from hermes_nb.system import disk, processes, warm_process
 from hermes_nb.system.home import run_paths
 from hermes_nb.system.logtail import tail_lines
@@ -87,8 +87,8 @@ class Supervisor:
     secret: str | None = field(default=None, repr=False)
     # The run's trajectory API: its own, or an external one (``trajectory_api_forms``); asked, never told apart.
     api_form: TrajectoryApiForm = field(init=False, repr=False)
-    # Processes started ahead with their imports done (``runs.warm_kit``), by the name of the process each can
-    # become; each is used once, for the first launch of its name whose command it can run, or released.
+    # Processes started ahead with their imports done (``runs.supervision.warm_kit``), by the name of the process
+    # each can become; each is used once, for the first launch of its name whose command it can run, or released.
     warm: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -477,10 +477,10 @@ class Supervisor:
 
 
 def main(argv: list[str] | None = None, warm: dict[str, subprocess.Popen[bytes]] | None = None) -> int:
-    """Supervise the run ``argv[0]``; ``warm``: processes started ahead for it (``runs.warm_kit``)."""
+    """Supervise the run ``argv[0]``; ``warm``: processes started ahead for it (``runs.supervision.warm_kit``)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m hermes_nb.runs.supervisor RUN_ID", file=sys.stderr)
+        print("usage: python -m hermes_nb.runs.supervision.supervisor RUN_ID", file=sys.stderr)
         return 2
     paths = run_paths(args[0])
     logging.basicConfig(

@@ -17,10 +17,10 @@ from hermes_nb.errors import TinkerError, TransferError, UnknownRunError
 from hermes_nb.protocol.checkpoints import CheckpointRecord, read_checkpoints
 from hermes_nb.protocol.run_files import TRAINER_STATE_FILE, RunPaths
 from hermes_nb.protocol.tinker import TinkerCheckpoint, read_checkpoint
-from hermes_nb.runs.damage import Damage, current_state, file_damage
-from hermes_nb.runs.registry import known_run_ids, resolve_run
+from hermes_nb.runs.run_dirs import known_run_ids, resolve_run
+from hermes_nb.runs.supervision.damage import Damage, current_state, file_damage
 
-# "unknown": run.json cannot be read and no process of the run is running (hermes_nb.runs.damage).
+# "unknown": run.json cannot be read and no process of the run is running (hermes_nb.runs.supervision.damage).
 RESUMABLE_STATUSES = ("stopped", "failed", "completed", "unknown")
 BEST_SUFFIX = "@best"
 # Architecture fields that must agree for weights of one model to load into another's shape.

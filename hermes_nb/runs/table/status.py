@@ -12,10 +12,10 @@ from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_files import PROCESS_NAMES, RunPaths
 from hermes_nb.protocol.run_state import RunState
 from hermes_nb.protocol.tinker import read_run_info
-from hermes_nb.runs.damage import Damage, current_state, file_damage
-from hermes_nb.runs.registry import resolve_run
-from hermes_nb.runs.results import AlgorithmMetrics, LatestMetrics, ProcessStatus, RunStatus
-from hermes_nb.runs.wandb_remote import remote_summary
+from hermes_nb.runs.run_dirs import resolve_run
+from hermes_nb.runs.supervision.damage import Damage, current_state, file_damage
+from hermes_nb.runs.table.results import AlgorithmMetrics, LatestMetrics, ProcessStatus, RunStatus
+from hermes_nb.runs.table.wandb_remote import remote_summary
 from hermes_nb.system import processes
 from hermes_nb.system.logtail import tail_lines
 from hermes_nb.system.net import LOOPBACK

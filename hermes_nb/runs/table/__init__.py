@@ -1,0 +1,1 @@
+"""Reading runs: status, results and history, and the runs table (compare, notes, delete/archive)."""
