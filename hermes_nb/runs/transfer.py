@@ -226,6 +226,28 @@ def reference_weights(config: RunConfig, base_model_dir: Path) -> Path:
     return weights
 
 
+def teacher_weights(config: RunConfig, base_model_dir: Path) -> Path:
+    """The model directory of ``trainer.teacher_model`` (resolved as ``reference_model`` is): any architecture,
+    but the base model's tokenizer, since the teacher scores the student's own tokens. A local run's only."""
+    field = "trainer.teacher_model"
+    if config.trainer.backend == "tinker":
+        raise TransferError(
+            f"{field}: the tinker backend does not score a teacher yet; distil on trainer.backend: local, or leave "
+            f"{field} unset"
+        )
+    weights = weights_path(str(config.trainer.teacher_model), field)
+    if read_checkpoint(weights) is not None:
+        raise TransferError(f"{field}: {weights} is a Tinker checkpoint (its weights are on the server)")
+    teacher_vocab = _read_json(weights / "tokenizer.json").get("model", {}).get("vocab")
+    student_vocab = _read_json(base_model_dir / "tokenizer.json").get("model", {}).get("vocab")
+    if teacher_vocab is None or teacher_vocab != student_vocab:
+        raise TransferError(
+            f"{field}: {weights} does not share the tokenizer of the base model {base_model_dir} (tokenizer.json's "
+            "vocabulary differs or is missing); the teacher must score the student's own tokens"
+        )
+    return weights
+
+
 def replay_file(run_id: str) -> Path:
     paths = _run_paths("trainer.replay_from", run_id)
     if not paths.trajectories.is_file() or paths.trajectories.stat().st_size == 0:
@@ -265,6 +287,8 @@ def resolve_transfer(config: RunConfig, base_model_dir: Path) -> RunConfig:
         updates["replay_trajectories"] = str(replay_file(trainer.replay_from))
     if trainer.reference_model:
         updates["reference_weights"] = str(reference_weights(config, base_model_dir))
+    if trainer.teacher_model:
+        updates["teacher_weights"] = str(teacher_weights(config, base_model_dir))
     if not updates:
         return config
     return config.model_copy(update={"infra": config.infra.model_copy(update=updates)})

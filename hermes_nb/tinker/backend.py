@@ -175,6 +175,11 @@ class TinkerBackend:
         with concurrent.futures.ThreadPoolExecutor(max_workers=REFERENCE_CALLS_IN_FLIGHT) as pool:
             return list(pool.map(score, data))
 
+    def teacher_forward(self, data: list[Datum]) -> list[list[float]]:
+        """Not on Tinker yet: a run with ``trainer.teacher_model`` is refused before launch
+        (``hermes_nb.runs.transfer.teacher_weights``)."""
+        raise TinkerError("trainer.teacher_model: the tinker backend does not score a teacher yet")
+
     def forward_backward(
         self, data: list[Datum], loss_fn: str, loss_fn_config: LossConfig | None = None
     ) -> ForwardBackwardOutput:
