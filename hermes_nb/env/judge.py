@@ -71,6 +71,8 @@ class Judge:
         self.retries = retries
         self._transport = transport
         self.calls = self.prompt_tokens = self.completion_tokens = 0
+        # An evaluation asks about every held-out item at once; a hosted judge takes only so many together.
+        self._limit = asyncio.Semaphore(endpoint.num_max_requests_at_once)
 
     async def score(self, task: str, completion: str, rubric: str) -> Verdict:
         """The judge's absolute score of ``completion`` as an answer to ``task``, against ``rubric``."""
@@ -110,7 +112,7 @@ class Judge:
         raise AssertionError("unreachable: the last try returns or raises")
 
     async def _post(self, request: dict[str, Any]) -> dict[str, Any]:
-        async with httpx.AsyncClient(transport=self._transport, timeout=self.endpoint.timeout) as client:
+        async with self._limit, httpx.AsyncClient(transport=self._transport, timeout=self.endpoint.timeout) as client:
             response = await client.post(
                 f"{self.endpoint.base_url.rstrip('/')}/chat/completions", json=request, headers=self._headers()
             )

@@ -4,13 +4,11 @@ checks the requests it gets (rubric, group, model) and answers deterministic sco
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from judge_standin import STANDIN_MODEL, STANDIN_RUBRIC, StandInJudge
 
 from hermes_nb.env import APIServerConfig
 from hermes_nb.env.judge import (
@@ -23,59 +21,14 @@ from hermes_nb.env.judge import (
 )
 from hermes_nb.protocol.trajectory import JUDGE_REASON_OVERRIDE, ScoredDataGroup
 
-RUBRIC = "One line, vivid."
-MODEL = "stand-in-judge"
-
-
-class StandInJudge:
-    """Answers each request with the next of ``answers`` (a dict is sent as the JSON content; an int as that
-    HTTP status; ``"sleep"`` waits past the client's timeout) and keeps every request body it got."""
-
-    def __init__(self, answers: list[Any]) -> None:
-        self.answers, self.requests = list(answers), []
-        stand_in = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                stand_in.requests.append({"path": self.path, **body})
-                answer = stand_in.answers.pop(0)
-                if answer == "sleep":
-                    threading.Event().wait(1.0)
-                    answer = 500
-                if isinstance(answer, int):
-                    self.send_response(answer)
-                    self.end_headers()
-                    return
-                content = answer if isinstance(answer, str) else json.dumps(answer)
-                reply = {
-                    "choices": [{"message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 100, "completion_tokens": 10},
-                }
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+RUBRIC, MODEL = STANDIN_RUBRIC, STANDIN_MODEL
 
 
 @pytest.fixture
 def stand_in() -> Iterator[StandInJudge]:
-    judge = StandInJudge([])
+    judge = StandInJudge()
     yield judge
-    judge.server.shutdown()
-    judge.server.server_close()
+    judge.close()
 
 
 def _judge(stand_in: StandInJudge, answers: list[Any], timeout: float = 5.0) -> Judge:
