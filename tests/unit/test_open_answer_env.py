@@ -11,10 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fake_provider import SOLVER, fake_provider, use_key
 from judge_standin import STANDIN_MODEL, STANDIN_RUBRIC, StandInJudge
 
+from hermes_nb import api
 from hermes_nb.env.judge import JUDGE_CALLS, JudgeError
 from hermes_nb.env.types import SampledBatch, SampledCompletion
+from hermes_nb.model_test.runner import rl_test_inference
 from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT
 from hermes_nb.protocol.trajectory import JUDGE_REASON_OVERRIDE
 from hermes_nb.system.home import shipped_environments_dir
@@ -109,3 +112,19 @@ def test_without_a_judge_url_the_runs_own_policy_judges(stand_in: StandInJudge) 
     env = module.OpenAnswerEnv(module.OpenAnswerConfig())
     assert env.judge.endpoint.base_url == env.server_configs[0].base_url
     assert env.judge.endpoint.model_name == env.server_configs[0].model_name
+
+
+def test_rl_test_inference_runs_the_judged_environment_against_a_hosted_model(
+    stand_in: StandInJudge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_key(monkeypatch)
+    asyncio.run(api.rl_select_environment("open_answer"))
+    judge = {"judge_base_url": stand_in.url, "judge_model": STANDIN_MODEL, "rubric": STANDIN_RUBRIC}
+    asyncio.run(api.rl_edit_config({**judge, "judge_mode": "absolute"}))
+    with fake_provider() as (url, _):
+        result = asyncio.run(rl_test_inference(num_steps=1, group_size=GROUP, models=[f"{url}#{SOLVER}"]))
+    (tested,) = result.results
+    assert tested.status == "ok", str(result)
+    # The stand-in scores every non-empty answer 1.0: the judge's scores are the test's.
+    assert (tested.completions, tested.correct) == (GROUP, GROUP)
+    assert len(stand_in.requests) == GROUP
