@@ -11,6 +11,8 @@ import torch
 
 from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.protocol import metrics as keys
+from hermes_nb.protocol.run_files import TINKER_CHECKPOINT_FILE
+from hermes_nb.protocol.tinker import TinkerCheckpoint
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.runs.transfer import TransferError, resolve_transfer
 from hermes_nb.testing import ModelShape, make_tiny_model
@@ -115,6 +117,36 @@ def test_a_teacher_whose_tokenizer_differs_is_refused_naming_the_field(
         resolve_transfer(_config(teacher_model=str(other)), student_dir)
 
 
-def test_a_teacher_on_the_tinker_backend_is_refused_before_launch(student_dir: Path, teacher_dir: Path) -> None:
-    with pytest.raises(TransferError, match=r"^trainer.teacher_model: the tinker backend"):
-        resolve_transfer(_config(teacher_model=str(teacher_dir), backend="tinker", lora_rank=8), student_dir)
+def _tinker_checkpoint(directory: Path, base_model: str) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text("{}")
+    saved = TinkerCheckpoint(
+        state_path="tinker://run-1/weights/final",
+        sampler_path="tinker://run-1/sampler_weights/final",
+        base_model=base_model,
+        lora_rank=8,
+        base_url="http://127.0.0.1:1",
+    )
+    (directory / TINKER_CHECKPOINT_FILE).write_text(saved.model_dump_json())
+    return directory
+
+
+def _on_tinker(teacher: Path) -> RunConfig:
+    return _config(teacher_model=str(teacher), backend="tinker", lora_rank=8, base_model="org/base")
+
+
+def test_a_tinker_teacher_resolves_to_its_checkpoints_sampler_weights(student_dir: Path, tmp_path: Path) -> None:
+    teacher = _tinker_checkpoint(tmp_path / "teacher", "org/base")
+    resolved = resolve_transfer(_on_tinker(teacher), student_dir)
+    assert resolved.infra.teacher_weights == "tinker://run-1/sampler_weights/final"
+
+
+def test_a_tinker_teacher_on_another_base_model_is_refused_before_launch(student_dir: Path, tmp_path: Path) -> None:
+    teacher = _tinker_checkpoint(tmp_path / "teacher", "org/other")
+    with pytest.raises(TransferError, match=r"^trainer.teacher_model: .* trained on 'org/other'.*tokenizer"):
+        resolve_transfer(_on_tinker(teacher), student_dir)
+
+
+def test_local_weights_as_a_tinker_runs_teacher_are_refused_before_launch(student_dir: Path, teacher_dir: Path) -> None:
+    with pytest.raises(TransferError, match=r"^trainer.teacher_model: .* holds no Tinker sampler weights"):
+        resolve_transfer(_on_tinker(teacher_dir), student_dir)
