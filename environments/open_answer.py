@@ -102,13 +102,7 @@ class OpenAnswerEnv(QAEnv):
         return list(await asyncio.gather(*(self.judge.score(task, t, self.config.rubric) for t in texts)))
 
     async def collect_trajectories(self, item: QAItem) -> tuple[ScoredDataGroup | None, list[QAItem]]:
-        completions = await self.server.sample(
-            item.prompt,
-            n=self.config.group_size,
-            max_tokens=self.max_completion_tokens(),
-            temperature=self.config.temperature,
-            stop=self.stop,
-        )
+        completions = await self.sample_group(item)
         verdicts = await self.judged(item.prompt, [c.text for c in completions])
         group = self.scored_group(completions, [v.score for v in verdicts])
         group = with_single_turn_messages(group, item.prompt, completions)
