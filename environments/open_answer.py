@@ -5,7 +5,8 @@ bread", "Describe the sea in five words"); many answers are good, none is the an
 Reward: a judge model's score in [0, 1] against ``rubric`` (``hermes_nb.env.judge``): each completion alone
 (``judge_mode: absolute``) or the group ranked together (``relative``, as ART's RULER). The judge is any
 OpenAI-compatible endpoint: ``judge_base_url`` / ``judge_model`` / ``judge_api_key_env`` (a variable in
-``~/.hermes/.env``); unset, the run's own policy judges. A judge that fails (after its retries) or answers
+``~/.hermes/.env``); unset, the run's own policy judges (a chat model that can answer JSON; the embedded base
+model cannot, so name a judge with it, or every group fails). A judge that fails (after its retries) or answers
 malformed JSON fails the group (``env/failed_groups``), never the run. Its calls and tokens are in
 ``env/judge_calls`` and ``env/judge_*_tokens``; its reason for each score is in the rollout viewer.
 Eval: the held-out requests answered greedily, judged absolutely; ``eval/percent_correct`` is the share scored at
