@@ -37,6 +37,7 @@ def make_backend(config: RunConfig) -> TrainingBackend:
         dtype=trainer.dtype,
         gradient_checkpointing=trainer.gradient_checkpointing,
         reference_weights=Path(config.infra.reference_weights) if config.infra.reference_weights else None,
+        teacher_weights=Path(config.infra.teacher_weights) if config.infra.teacher_weights else None,
     )
 
 

@@ -44,6 +44,8 @@ ALGORITHM_FIELDS = (
     "beta",
     "kl_estimator",
     "reference_model",
+    "teacher_model",
+    "teacher_kl_coef",
     "lr_scheduler_type",
     "warmup_steps",
     "importance_sampling_cap",
@@ -198,6 +200,18 @@ class TrainerConfig(BaseModel):
         description="The frozen reference of the KL penalty: a run id, a checkpoint path, a model directory or a hub "
         "id (org/name). "
         "None: the weights the run starts from (a LoRA run: its base with the adapters off, no second copy).",
+    )
+    teacher_model: str | None = Field(
+        default=None,
+        description="On-policy distillation: the teacher that scores every sampled token (a run id, '<run id>@best', "
+        "a checkpoint path, a model directory or a hub id; same tokenizer as base_model). None: no teacher.",
+    )
+    teacher_kl_coef: float = Field(
+        default=1.0,
+        ge=0,
+        le=100,
+        description="With teacher_model: each sampled token's advantage gets - coef * (log p_student - log p_teacher), "
+        "on top of the reward's advantage (tinker-cookbook's recipe).",
     )
     lr_scheduler_type: LRSchedule = Field(
         default="constant",
@@ -417,6 +431,8 @@ class InfraConfig(BaseModel):
     replay_trajectories: str | None = None
     # trainer.reference_model resolved: the model directory of the KL penalty's reference (None: the starting weights).
     reference_weights: str | None = None
+    # trainer.teacher_model resolved: the model directory of the distillation's teacher.
+    teacher_weights: str | None = None
     # The Python that runs the environment when its framework's is not hermes-nb's own (an atroposlib one:
     # HERMES_NB_ENV_PYTHON), as checked at start (hermes_nb.frameworks).
     env_python: str | None = None

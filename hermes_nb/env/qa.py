@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.scoring import with_single_turn_messages
 from hermes_nb.env.splits import GeneratedItems
-from hermes_nb.env.types import QAItem, SampledBatch
+from hermes_nb.env.types import QAItem, SampledBatch, SampledCompletion
 from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, EVAL_POLICY_STEP
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 
@@ -46,14 +46,18 @@ class QAEnv(GeneratedItems, BaseEnv):
         """The score of ``text`` as a completion of ``item``: ``score_completion`` of its answer, unless overridden."""
         return self.score_completion(text, item.answer)
 
-    async def collect_trajectories(self, item: QAItem) -> tuple[ScoredDataGroup | None, list[QAItem]]:
-        completions = await self.server.sample(
+    async def sample_group(self, item: QAItem) -> list[SampledCompletion]:
+        """``group_size`` completions of ``item``'s prompt at the training temperature."""
+        return await self.server.sample(
             item.prompt,
             n=self.config.group_size,
             max_tokens=self.max_completion_tokens(),
             temperature=self.config.temperature,
             stop=self.stop,
         )
+
+    async def collect_trajectories(self, item: QAItem) -> tuple[ScoredDataGroup | None, list[QAItem]]:
+        completions = await self.sample_group(item)
         scores = [self.score_item(c.text, item) for c in completions]
         return with_single_turn_messages(self.scored_group(completions, scores), item.prompt, completions), []
 

@@ -30,6 +30,7 @@ from hermes_nb.protocol.metrics import (
     TRAIN_PERCENT_CORRECT,
     TRAIN_REWARD_MEAN,
     TRAIN_REWARD_STD,
+    TRAIN_TEACHER_KL,
 )
 
 # The figure is a 2 x 2 grid (background.py's cells).
@@ -73,6 +74,7 @@ PANEL_CHOICES: dict[str, Panel] = {
         "Clip fraction (low; high thin)", TRAIN_CLIP_FRACTION_LOW, thin_key=TRAIN_CLIP_FRACTION_HIGH
     ),
     "learning_rate": Panel("Learning rate", TRAIN_LEARNING_RATE),
+    "teacher_kl": Panel("Reverse KL to the teacher (per token)", TRAIN_TEACHER_KL),
 }
 DEFAULT_PANELS = ("reward", "eval", "length", "kl")
 PANELS = tuple(PANEL_CHOICES[name] for name in DEFAULT_PANELS)

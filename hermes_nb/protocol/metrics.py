@@ -38,6 +38,9 @@ TRAIN_REPLAY_FRACTION = "train/replay_fraction"
 # (dynamic sampling), and optimizer steps taken so far (num_iterations per batch).
 TRAIN_REWARD_STD = "train/reward_std"
 TRAIN_KL = "train/kl"
+# On-policy distillation (trainer.teacher_model): the mean over trained tokens of log p_student - log p_teacher on
+# the sampled tokens, the per-token reverse KL to the teacher (hermes_nb.trainer.distillation).
+TRAIN_TEACHER_KL = "train/teacher_kl"
 TRAIN_ENTROPY = "train/entropy"
 TRAIN_CLIP_FRACTION_LOW = "train/clip_fraction_low"
 TRAIN_CLIP_FRACTION_HIGH = "train/clip_fraction_high"

@@ -23,6 +23,9 @@ CORRECT_OVERRIDE = "correct"
 # A member cut off by its token budget (``finish_reason: length``, or an episode that ran out of room) rides in
 # ``overrides[i]["truncated"]`` (true; absent otherwise), for the reason ``correct`` does.
 TRUNCATED_OVERRIDE = "truncated"
+# A judge model's reason for member ``i``'s score (hermes_nb.env.judge) rides in ``overrides[i]["judge_reason"]``,
+# for the reason ``correct`` does; the rollout viewer shows it beside the score.
+JUDGE_REASON_OVERRIDE = "judge_reason"
 # The reward of a correct completion in the convention of hermes-nb's and atroposlib's environments (1.0 right;
 # 0.0 or -1.0 wrong). Only a completion without a verdict is judged by it, and then partial credit is not correct.
 FULL_SCORE = 1.0

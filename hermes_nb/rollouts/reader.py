@@ -11,7 +11,7 @@ from typing import Any
 
 from hermes_nb.errors import HermesNBError
 from hermes_nb.protocol.recorded_batches import read_trajectories
-from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
+from hermes_nb.protocol.trajectory import JUDGE_REASON_OVERRIDE, MASK_IGNORE, ScoredDataGroup
 from hermes_nb.rollouts.decode import decoded_messages, run_tokenizer
 from hermes_nb.rollouts.samples import DEFAULT_SAMPLES, Sample, SampleOrder, SampleView
 from hermes_nb.runs.run_dirs import resolve_run
@@ -98,9 +98,15 @@ def _group_samples(step: int, index: int, group: ScoredDataGroup, tokenizer: Any
                 decoded=group.messages is None and messages is not None,
                 prompt_tokens=len(tokens) - completion_tokens,
                 completion_tokens=completion_tokens,
+                judge_reason=_judge_reason(group, i),
             )
         )
     return samples
+
+
+def _judge_reason(group: ScoredDataGroup, member: int) -> str | None:
+    reason = (group.overrides[member] if group.overrides else {}).get(JUDGE_REASON_OVERRIDE)
+    return str(reason) if reason is not None else None
 
 
 def _mean_trained(advantages_T: list[float], mask_T: list[int]) -> float:

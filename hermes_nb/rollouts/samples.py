@@ -32,6 +32,8 @@ class Sample(BaseModel):
     decoded: bool = False  # the messages are the token ids decoded (prompt, completion), not recorded ones
     prompt_tokens: int
     completion_tokens: int  # trained tokens
+    # Why a judge model gave the score (hermes_nb.env.judge), when one scored it.
+    judge_reason: str | None = None
 
     @property
     def label(self) -> str:
@@ -40,6 +42,7 @@ class Sample(BaseModel):
         return (
             f"step {self.step} group {self.group} #{self.member}: score {self.score:.3g} ({verdict}), "
             f"advantage {'–' if self.advantage is None else f'{self.advantage:+.3f}'}{source}"
+            + (f"; judge: {self.judge_reason}" if self.judge_reason else "")
         )
 
 

@@ -33,7 +33,7 @@ _HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<r
 # .onnx copies would download them for nothing).
 MODEL_FILE_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
 # The trainer fields that name a model a local run loads.
-MODEL_FIELDS = ("base_model", "reference_model", "pretrained_model_path")
+MODEL_FIELDS = ("base_model", "reference_model", "pretrained_model_path", "teacher_model")
 _TRUE = {"1", "on", "yes", "true"}
 
 
@@ -57,6 +57,8 @@ class ModelFields(Protocol):
     def reference_model(self) -> str | None: ...
     @property
     def pretrained_model_path(self) -> str | None: ...
+    @property
+    def teacher_model(self) -> str | None: ...
 
 
 def parse_hub_id(value: str) -> HubId | None:

@@ -108,6 +108,8 @@ class TinkerBackend:
         # Set by ``watch`` when the server stayed away while the trainer waited for a batch.
         self.fault: TinkerError | None = None
         self._reference: Any = None  # the KL reference's sampling client, made when first asked for
+        self._teacher_path = config.infra.teacher_weights  # the teacher's sampler weights (tinker://...), if any
+        self._teacher: Any = None  # the teacher's sampling client, made when first asked for
         self.calls.on_retry = self.write_info
         if config.infra.init_weights:
             self._load_initial_weights(Path(config.infra.init_weights))
@@ -164,7 +166,22 @@ class TinkerBackend:
     def reference_forward(self, data: list[Datum]) -> list[list[float]]:
         """The base model's logprobs of each datum's targets, by the server's ``compute_logprobs`` (as
         tinker-cookbook scores its KL reference), the sequences in flight together."""
-        client = self._reference_client()
+        return self._scored_by(self._reference_client(), data)
+
+    def teacher_forward(self, data: list[Datum]) -> list[list[float]]:
+        """The teacher's logprobs of each datum's targets (``infra.teacher_weights``: a Tinker checkpoint's
+        sampler weights on the run's base model), by ``compute_logprobs`` as the reference is scored."""
+        if self._teacher_path is None:
+            raise TinkerError("trainer.teacher_model: this run has no teacher (infra.teacher_weights is unset)")
+        if self._teacher is None:
+            path = self._teacher_path
+            self._teacher = self.calls.wait(
+                "create_sampling_client",
+                lambda: in_thread(lambda: self.service.create_sampling_client(model_path=path)),
+            )
+        return self._scored_by(self._teacher, data)
+
+    def _scored_by(self, client: Any, data: list[Datum]) -> list[list[float]]:
         tinker = self._tinker
 
         def score(datum: Datum) -> list[float]:

@@ -35,6 +35,11 @@ class TrainingBackend(Protocol):
         list per datum: what ``Datum.reference_logprobs_T`` carries into ``forward_backward``."""
         ...
 
+    def teacher_forward(self, data: list[Datum]) -> list[list[float]]:
+        """Logprob of each target token under the distillation's teacher (``trainer.teacher_model``; no gradient),
+        one list per datum (``hermes_nb.trainer.distillation``)."""
+        ...
+
     def forward_backward(
         self, data: list[Datum], loss_fn: str, loss_fn_config: LossConfig | None = None
     ) -> ForwardBackwardOutput:

@@ -148,6 +148,7 @@ class LocalBackend:
         dtype: str = "auto",
         gradient_checkpointing: bool = False,
         reference_weights: Path | None = None,
+        teacher_weights: Path | None = None,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -160,6 +161,8 @@ class LocalBackend:
         self._init_weights = Path(init_weights) if init_weights is not None else None
         self._reference_weights = Path(reference_weights) if reference_weights is not None else None
         self._reference_model: Any = None  # loaded by the first reference_forward that needs a copy
+        self._teacher_weights = Path(teacher_weights) if teacher_weights is not None else None
+        self._teacher_model: Any = None  # loaded by the first teacher_forward
         self.model: Any = self._load_model(init_weights)
         # Shared prompts and repeated completions computed once (exact; hermes_nb.trainer.packing). The packed
         # pass carries a KV cache from one forward call into the next: under gradient checkpointing only the lean
@@ -241,19 +244,33 @@ class LocalBackend:
 
     def _reference(self) -> Any:
         if self._reference_model is None:
-            from transformers import AutoModelForCausalLM
-
-            # float32 first, then cast: from_pretrained(dtype=...) would also round the RoPE buffers (cast_weights).
             source = self._reference_weights or self._model_dir
-            model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
-            if self._reference_weights is None and self._init_weights is not None:
-                load_weights_into(model, self._init_weights)
-            model = cast_weights(model, self.hardware.dtype).to(self.hardware.device)
-            model.eval()
-            model.requires_grad_(False)
-            self._reference_model = model
+            init = self._init_weights if self._reference_weights is None else None
+            self._reference_model = self._frozen_model(source, init)
             logger.info("reference policy loaded from %s", self._reference_weights or self._init_weights or source)
         return self._reference_model
+
+    def teacher_forward(self, data: list[Datum]) -> list[list[float]]:
+        """Logprobs of each datum's targets under the distillation's teacher (``teacher_weights``), no gradient."""
+        if self._teacher_weights is None:
+            raise ValueError("trainer.teacher_model: this run has no teacher (infra.teacher_weights is unset)")
+        if self._teacher_model is None:
+            self._teacher_model = self._frozen_model(self._teacher_weights, None)
+            logger.info("teacher loaded from %s", self._teacher_weights)
+        return self._forward_with(self._teacher_model, data)
+
+    def _frozen_model(self, source: Path, init_weights: Path | None) -> Any:
+        """A second model in this process that takes no gradient (the reference or the teacher), as computed."""
+        from transformers import AutoModelForCausalLM
+
+        # float32 first, then cast: from_pretrained(dtype=...) would also round the RoPE buffers (cast_weights).
+        model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
+        if init_weights is not None:
+            load_weights_into(model, init_weights)
+        model = cast_weights(model, self.hardware.dtype).to(self.hardware.device)
+        model.eval()
+        model.requires_grad_(False)
+        return model
 
     def _packed_logprobs(self, packed: PackedBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logprobs of each row's continuation targets, and the entropy where they are trained: contexts once into

@@ -9,7 +9,8 @@ A step (``train_step``): advantages by ``trainer.scale_rewards``; the datums pre
 (``hermes_nb.trainer.preparation``: truncated completions out of the loss with
 ``trainer.mask_truncated_completions``; the trainer's own logprobs before the first pass into
 ``Datum.old_logprobs_T`` with ``trainer.importance_sampling_cap``, the reference policy's into
-``Datum.reference_logprobs_T`` with ``trainer.beta > 0``); then ``trainer.num_iterations`` passes of
+``Datum.reference_logprobs_T`` with ``trainer.beta > 0``); the teacher's term in the advantages with
+``trainer.teacher_model`` (``hermes_nb.trainer.distillation``); then ``trainer.num_iterations`` passes of
 ``forward_backward`` + ``optim_step`` on the same data, so the ratio's denominator is the sampling logprobs (or
 ``old_logprobs_T``) on every pass, at the step's learning rate (``hermes_nb.trainer.schedule``). The loss and the
 backend's diagnostics (clip fractions, KL, entropy) are the last pass's; ``train/optimizer_steps`` counts the
@@ -34,6 +35,7 @@ from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.trainer.advantages import with_batch_advantages
 from hermes_nb.trainer.backend import TrainingBackend
 from hermes_nb.trainer.checkpoints import record_batch, save_checkpoint
+from hermes_nb.trainer.distillation import with_teacher
 from hermes_nb.trainer.loss_settings import adam_params, loss_config_for
 from hermes_nb.trainer.preparation import prepare_data
 from hermes_nb.trainer.schedule import learning_rate_at
@@ -99,6 +101,9 @@ def train_step(
     values[keys.TRAIN_LEARNING_RATE] = adam.learning_rate
     values[keys.TRAIN_OPTIMIZER_STEPS] = float(optimizer_steps)
     data = prepare_data(backend, batch, trainer, max_token_len)
+    if trainer.teacher_model is not None and data:
+        distilled = with_teacher(backend, data, trainer.teacher_kl_coef)
+        data, values[keys.TRAIN_TEACHER_KL] = distilled.data, distilled.teacher_kl
     values[keys.TRAIN_TRAINED_SEQUENCES] = float(len(data))
     if not data:
         # Every group had equal scores: nothing to learn from, and an Adam step on zero gradients would still

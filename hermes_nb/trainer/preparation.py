@@ -2,7 +2,8 @@
 ``trainer.mask_truncated_completions``), sequences without signal dropped, and what the step's passes need filled
 in before the first one: missing sampling logprobs, the trainer's own (``old_logprobs_T``, with
 ``trainer.importance_sampling_cap``) and the reference policy's (``reference_logprobs_T``, with
-``trainer.beta > 0``)."""
+``trainer.beta > 0``). With ``trainer.teacher_model`` every datum is kept: the teacher's term
+(``hermes_nb.trainer.distillation``) is a signal of its own."""
 
 from __future__ import annotations
 
@@ -23,14 +24,15 @@ def without_truncated(group: ScoredDataGroup, max_token_len: int) -> ScoredDataG
     return group.model_copy(update={"masks": masks})
 
 
-def trainable_data(batch: list[ScoredDataGroup]) -> tuple[list[Datum], list[int]]:
-    """Datums that carry a learning signal, and the indices of those sent without sampling logprobs."""
+def trainable_data(batch: list[ScoredDataGroup], keep_all: bool = False) -> tuple[list[Datum], list[int]]:
+    """Datums that carry a learning signal (``keep_all``: every one, as a teacher gives each a signal of its own),
+    and the indices of those sent without sampling logprobs."""
     data: list[Datum] = []
     missing: list[int] = []
     for group in batch:
         group_datums, has_logprobs = group_data(group)
         for datum, sent in zip(group_datums, has_logprobs, strict=True):
-            if not has_signal(datum):
+            if not keep_all and not has_signal(datum):
                 continue  # zero advantage everywhere: no gradient under either loss, only compute
             if not sent:
                 missing.append(len(data))
@@ -49,7 +51,7 @@ def prepare_data(
     trainer = trainer or TrainerConfig()
     if trainer.mask_truncated_completions and max_token_len is not None:
         batch = [without_truncated(group, max_token_len) for group in batch]
-    data, missing = trainable_data(batch)
+    data, missing = trainable_data(batch, keep_all=trainer.teacher_model is not None)
     if not data:
         return data
     needs_current = trainer.importance_sampling_cap is not None

@@ -94,13 +94,14 @@ def test_custom_environment_is_written_listed_selected_and_trained(tmp_path: Pat
     assert len(png_outputs(cell_with(book, "%rl_watch --wait"))) == 1
 
 
-def test_transfer_learning_trains_a_then_b_three_ways_and_tests_task_a(tmp_path: Path) -> None:
+def test_transfer_learning_trains_a_then_b_four_ways_and_tests_task_a(tmp_path: Path) -> None:
     book = execute("transfer_learning.ipynb", tmp_path, {"STEPS": TRANSFER_STEPS})
 
     runs = results_of_every_run()
-    assert len(runs) == 4
+    assert len(runs) == 5
     assert all(run.status == "completed" for run in runs), [(r.run_id, r.status) for r in runs]
     assert len(png_outputs(cell_with(book, "%rl_watch $b_from_a $b_from_base --wait"))) == 1
+    assert len(png_outputs(cell_with(book, "%rl_watch $b_distilled $b_from_base --wait"))) == 1
     retained = cell_with(book, "labels = {").outputs[0]["data"]["text/plain"]
     assert retained.count("of task A correct") == 3
 

@@ -37,7 +37,7 @@ from hermes_nb.env.splits import GeneratedItems
 from hermes_nb.env_host.loading import load_env_class, make_env
 from hermes_nb.errors import TinkerError, TransferError
 from hermes_nb.protocol.checkpoints import read_checkpoints
-from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, TRAIN_KL
+from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, TRAIN_KL, TRAIN_TEACHER_KL
 from hermes_nb.protocol.run_files import CONFIG_FILE
 from hermes_nb.protocol.tinker import read_checkpoint
 from hermes_nb.runs.run_dirs import known_run_ids
@@ -277,6 +277,16 @@ def test_a_tinker_run_starts_from_an_earlier_tinker_runs_checkpoint(completed_ho
     source = run(rl_get_results(completed_home.run_id, download=True)).final_weights_path
     weights = run(rl_get_results(start.run_id, download=True)).final_weights_path
     assert_same_weights_not_the_base(state_of(weights), state_of(source))
+
+
+def test_a_tinker_run_distils_from_an_earlier_tinker_run_scored_on_the_server(completed_home: StartResult) -> None:
+    teacher = {"trainer.teacher_model": completed_home.run_id, "trainer.teacher_kl_coef": 0.5}
+    start = run(rl_start_training(**TRANSFER_RUN, **teacher))
+    status = wait_for_status(start.run_id, lambda s: s.is_terminal, RUN_TIMEOUT)
+
+    assert status.status == "completed", status.error
+    kl = [row[TRAIN_TEACHER_KL] for row in run(rl_get_results(start.run_id)).history if TRAIN_TEACHER_KL in row]
+    assert kl and all(finite(v) for v in kl), kl
 
 
 def test_a_tinker_run_refuses_to_start_from_local_weights(completed_home: StartResult) -> None:

@@ -226,6 +226,46 @@ def reference_weights(config: RunConfig, base_model_dir: Path) -> Path:
     return weights
 
 
+def teacher_weights(config: RunConfig, base_model_dir: Path) -> str:
+    """Where ``trainer.teacher_model`` is scored (resolved as ``reference_model`` is): a local run's model directory
+    of any architecture but the base model's tokenizer, since the teacher scores the student's own tokens; a Tinker
+    run's teacher is a Tinker checkpoint's sampler weights on the server (``tinker_teacher``)."""
+    field = "trainer.teacher_model"
+    weights = weights_path(str(config.trainer.teacher_model), field)
+    saved = read_checkpoint(weights)
+    if config.trainer.backend == "tinker":
+        return tinker_teacher(config, weights, saved)
+    if saved is not None:
+        raise TransferError(f"{field}: {weights} is a Tinker checkpoint (its weights are on the server)")
+    teacher_vocab = _read_json(weights / "tokenizer.json").get("model", {}).get("vocab")
+    student_vocab = _read_json(base_model_dir / "tokenizer.json").get("model", {}).get("vocab")
+    if teacher_vocab is None or teacher_vocab != student_vocab:
+        raise TransferError(
+            f"{field}: {weights} does not share the tokenizer of the base model {base_model_dir} (tokenizer.json's "
+            "vocabulary differs or is missing); the teacher must score the student's own tokens"
+        )
+    return str(weights)
+
+
+def tinker_teacher(config: RunConfig, weights: Path, saved: TinkerCheckpoint | None) -> str:
+    """The sampler weights of a Tinker run's checkpoint on the run's base model (so the same tokenizer), which
+    the server scores by ``compute_logprobs``."""
+    from hermes_nb.tinker.calls import tinker_model_name
+
+    field = "trainer.teacher_model"
+    if saved is None or saved.sampler_path is None:
+        raise TransferError(
+            f"{field}: {weights} holds no Tinker sampler weights; on the tinker backend the teacher is a Tinker run "
+            "(its run id, '<run id>@best' or checkpoint directory)"
+        )
+    if saved.base_model != tinker_model_name(config.trainer.base_model):
+        raise TransferError(
+            f"{field}: {weights} was trained on {saved.base_model!r}, this run on "
+            f"{tinker_model_name(config.trainer.base_model)!r}; the teacher must share the student's tokenizer"
+        )
+    return saved.sampler_path
+
+
 def replay_file(run_id: str) -> Path:
     paths = _run_paths("trainer.replay_from", run_id)
     if not paths.trajectories.is_file() or paths.trajectories.stat().st_size == 0:
@@ -265,6 +305,8 @@ def resolve_transfer(config: RunConfig, base_model_dir: Path) -> RunConfig:
         updates["replay_trajectories"] = str(replay_file(trainer.replay_from))
     if trainer.reference_model:
         updates["reference_weights"] = str(reference_weights(config, base_model_dir))
+    if trainer.teacher_model:
+        updates["teacher_weights"] = teacher_weights(config, base_model_dir)
     if not updates:
         return config
     return config.model_copy(update={"infra": config.infra.model_copy(update=updates)})
