@@ -2,8 +2,8 @@
 
 ``Judge`` talks to any OpenAI-compatible ``/chat/completions`` endpoint, given as an ``APIServerConfig``: a hosted
 model (its key named by ``api_key_env``, read from the environment or ``~/.hermes/.env``), a model served by
-``python -m hermes_nb.inference``, or the run's own policy (the environment's first server, the default). Two
-ways to ask:
+``python -m hermes_nb.processes.inference_server``, or the run's own policy (the environment's first server,
+the default). Two ways to ask:
 
 - ``score`` (absolute): one completion against a rubric; the judge answers ``{"score": s, "reason": "..."}``.
 - ``rank`` (relative, as ART's RULER): a whole group at once; the judge answers

@@ -20,7 +20,7 @@ from hermes_nb.api import (
 )
 from hermes_nb.env.judge import JUDGE_CALLS
 from hermes_nb.protocol.run_files import ENV_METRICS_FILE
-from hermes_nb.runs.registry import known_run_ids
+from hermes_nb.runs.run_dirs import known_run_ids
 from hermes_nb.system import home
 
 pytestmark = [pytest.mark.e2e]
