@@ -268,7 +268,9 @@ def test_trainer_process_trains_against_the_api_and_exits_0(model_dir: Path, tmp
         time.sleep(1.0)
         assert proc.poll() is None and _ok(f"{inference_url}/health")
         httpx.post(f"{api_url}/disconnect-env", json={"env_id": env_id}, timeout=10).raise_for_status()
-        assert proc.wait(10) == 0, (tmp_path / "trainer.log").read_text()
+        # The exit itself is the behaviour: its teardown (the sampler child, the W&B mirror) takes seconds on a loaded
+        # machine.
+        assert proc.wait(60) == 0, (tmp_path / "trainer.log").read_text()
     finally:
         proc.kill()
         proc.wait(10)  # reaped: a Popen left running warns in whichever test collects it
