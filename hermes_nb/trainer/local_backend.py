@@ -43,6 +43,7 @@ from hermes_nb.trainer.losses import (
     token_logprobs,
     token_logprobs_and_entropy,
 )
+from hermes_nb.trainer.model_support import lora_targets
 from hermes_nb.trainer.packing import PackedBatch, can_pack, pack
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
 
@@ -186,7 +187,8 @@ class LocalBackend:
             enable_checkpointing(model)
         if self.lora_rank > 0:
             peft = _load_peft()
-            lora = peft.LoraConfig(r=self.lora_rank, lora_alpha=2 * self.lora_rank, target_modules="all-linear")
+            targets = lora_targets(model)  # peft's for the architecture, or every linear layer
+            lora = peft.LoraConfig(r=self.lora_rank, lora_alpha=2 * self.lora_rank, target_modules=targets)
             model = peft.get_peft_model(model, lora)  # adapters in float32 on any base (autocast_adapter_dtype)
         return model
 
