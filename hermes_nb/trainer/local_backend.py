@@ -36,6 +36,7 @@ from hermes_nb.inference.sampler import stepper_for
 from hermes_nb.protocol.run_files import TRAINER_STATE_FILE
 from hermes_nb.system.devices import Hardware, resolve_hardware
 from hermes_nb.trainer.losses import (
+    MAX_LOGITS_ELEMENTS,
     LossStats,
     LossSums,
     loss_normaliser,
@@ -49,9 +50,6 @@ from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, Lo
 
 logger = logging.getLogger(__name__)
 
-# Upper bound on logits elements (rows x positions x vocab) per forward pass: 64M float32 = 256 MB, so a large
-# vocabulary or batch is split into micro-batches instead of exhausting memory. Gradients accumulate exactly.
-MAX_LOGITS_ELEMENTS = 64 * 1024 * 1024
 PEFT_HINT = "LoRA needs peft: .venv/bin/pip install peft (or pip install 'hermes-nb[lora]')"
 
 

@@ -45,6 +45,10 @@ from hermes_nb.trainer.types import LossConfig
 if TYPE_CHECKING:
     import torch
 
+# Upper bound on logits elements (rows x positions x vocab) per forward pass of the local backend: 64M float32 =
+# 256 MB, so a large vocabulary or batch is split into micro-batches instead of exhausting memory. Gradients
+# accumulate exactly. (Here, torch-free, so the memory model reads it too.)
+MAX_LOGITS_ELEMENTS = 64 * 1024 * 1024
 # Logprobs and the entropy metric are computed in blocks of this many logits (16 MB of float32).
 LOGITS_CHUNK_ELEMENTS = 1 << 22
 

@@ -86,9 +86,17 @@ def check_base_model(model_dir: Path, base_model: str) -> None:
         raise ConfigError(f"{FIELD}: {base_model!r} cannot be trained here: {problem}")
 
 
+def peft_targets(model_type: str) -> list[str] | None:
+    """peft's LoRA target modules for ``model_type`` (the ones it picks when given none); None where its table has
+    none, or without peft."""
+    try:
+        from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+    except ImportError:
+        return None
+    targets = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type)
+    return list(targets) if targets else None
+
+
 def lora_targets(model: Any) -> list[str] | str:
     """The modules LoRA adapts in ``model``: peft's targets for its model type, or ``"all-linear"``."""
-    from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
-
-    targets = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(getattr(model.config, "model_type", ""))
-    return list(targets) if targets else "all-linear"
+    return peft_targets(getattr(model.config, "model_type", "")) or "all-linear"
