@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from architectures import ARCHITECTURES, make_model
 
+from hermes_nb.config import EnvironmentRef, RunConfig, TrainerConfig
 from hermes_nb.errors import ConfigError
-from hermes_nb.system.home import embedded_base_model_dir
+from hermes_nb.runs.launcher import validate_for_start
+from hermes_nb.system.home import embedded_base_model_dir, shipped_environments_dir
 from hermes_nb.trainer.model_support import check_base_model, tokenizer_max_id
 
 SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
@@ -61,3 +63,13 @@ def test_a_tokenizer_past_the_vocabulary_is_refused(tmp_path: Path) -> None:
     highest = tokenizer_max_id(model_dir)
     assert highest is not None and highest >= 64
     assert f"ids reach {highest} but the model's vocabulary has 64 rows" in _refusal(model_dir)
+
+
+def test_the_launcher_refuses_such_a_model_before_a_run_starts(tmp_path: Path) -> None:
+    model_dir = _saved(tmp_path, "T5Config", "T5ForConditionalGeneration", vocab_size=128, d_model=32, d_ff=64)
+    environment = EnvironmentRef(
+        name="arithmetic", class_name="ArithmeticEnv", file=str(shipped_environments_dir() / "arithmetic.py")
+    )
+    config = RunConfig(environment=environment, trainer=TrainerConfig(base_model=str(model_dir)))
+    with pytest.raises(ConfigError, match=r"trainer.base_model: .* sequence-to-sequence"):
+        validate_for_start(config)
