@@ -32,6 +32,7 @@ from hermes_nb.system.home import run_paths
 from hermes_nb.system.hub import hub_snapshots
 from hermes_nb.system.processes import spawn_group
 from hermes_nb.trainer.backend import model_dir_for
+from hermes_nb.trainer.model_support import check_base_model
 
 # The intermediate launcher process forks the supervisor (or a sweep's driver) and exits; it never takes long.
 SUPERVISOR_DETACH_TIMEOUT = 30.0
@@ -55,7 +56,7 @@ def validate_for_start(config: RunConfig) -> None:
     if not Path(config.environment.file).is_file():
         raise ConfigError(f"environment file {config.environment.file} no longer exists; select an environment again")
     if config.trainer.backend == "local":
-        model_dir_for(config.trainer.base_model)
+        check_base_model(model_dir_for(config.trainer.base_model), config.trainer.base_model)
         check_device(config.trainer.device)  # a CUDA device this machine lacks (imports torch only for cuda)
         check_tools_rendered(config)
     choose_sampler(config)  # a vLLM the run needs and its Python cannot import: refused here

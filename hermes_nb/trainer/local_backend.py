@@ -36,6 +36,7 @@ from hermes_nb.inference.sampler import stepper_for
 from hermes_nb.protocol.run_files import TRAINER_STATE_FILE
 from hermes_nb.system.devices import Hardware, resolve_hardware
 from hermes_nb.trainer.losses import (
+    MAX_LOGITS_ELEMENTS,
     LossStats,
     LossSums,
     loss_normaliser,
@@ -43,14 +44,12 @@ from hermes_nb.trainer.losses import (
     token_logprobs,
     token_logprobs_and_entropy,
 )
+from hermes_nb.trainer.model_support import lora_targets
 from hermes_nb.trainer.packing import PackedBatch, can_pack, pack
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
 
 logger = logging.getLogger(__name__)
 
-# Upper bound on logits elements (rows x positions x vocab) per forward pass: 64M float32 = 256 MB, so a large
-# vocabulary or batch is split into micro-batches instead of exhausting memory. Gradients accumulate exactly.
-MAX_LOGITS_ELEMENTS = 64 * 1024 * 1024
 PEFT_HINT = "LoRA needs peft: .venv/bin/pip install peft (or pip install 'hermes-nb[lora]')"
 
 
@@ -189,7 +188,8 @@ class LocalBackend:
             enable_checkpointing(model)
         if self.lora_rank > 0:
             peft = _load_peft()
-            lora = peft.LoraConfig(r=self.lora_rank, lora_alpha=2 * self.lora_rank, target_modules="all-linear")
+            targets = lora_targets(model)  # peft's for the architecture, or every linear layer
+            lora = peft.LoraConfig(r=self.lora_rank, lora_alpha=2 * self.lora_rank, target_modules=targets)
             model = peft.get_peft_model(model, lora)  # adapters in float32 on any base (autocast_adapter_dtype)
         return model
 

@@ -45,8 +45,12 @@ from hermes_nb.trainer.types import LossConfig
 if TYPE_CHECKING:
     import torch
 
-# The entropy metric is computed in slices of this many logits (16 MB of float32).
-ENTROPY_CHUNK_ELEMENTS = 1 << 22
+# Upper bound on logits elements (rows x positions x vocab) per forward pass of the local backend: 64M float32 =
+# 256 MB, so a large vocabulary or batch is split into micro-batches instead of exhausting memory. Gradients
+# accumulate exactly. (Here, torch-free, so the memory model reads it too.)
+MAX_LOGITS_ELEMENTS = 64 * 1024 * 1024
+# Logprobs and the entropy metric are computed in blocks of this many logits (16 MB of float32).
+LOGITS_CHUNK_ELEMENTS = 1 << 22
 
 
 @dataclass
@@ -291,25 +295,62 @@ def token_logprobs(logits_BTV: torch.Tensor, targets_BT: torch.Tensor) -> torch.
     return token_logprobs_and_entropy(logits_BTV, targets_BT)[0]
 
 
+def _block_logprobs(logits_RV: torch.Tensor, targets_R: torch.Tensor) -> torch.Tensor:
+    """``log_softmax(logits)[target]`` of a block of positions, in float32, without the ``[R, V]`` log-softmax:
+    the target's logit less the log-sum-exp."""
+    import torch
+
+    logits_RV = logits_RV.float()
+    return logits_RV.gather(-1, targets_R[:, None]).squeeze(-1) - torch.logsumexp(logits_RV, dim=-1)
+
+
+def _block_entropy(logits_RV: torch.Tensor, logp_R: torch.Tensor, targets_R: torch.Tensor) -> torch.Tensor:
+    """The policy's entropy at each position of a block (no gradient), from its log-sum-exp."""
+    import torch
+
+    with torch.no_grad():
+        logits_RV = logits_RV.float()
+        # log-sum-exp = target logit - target logprob: no second reduction over the vocabulary.
+        lse_R = logits_RV.gather(-1, targets_R[:, None]).squeeze(-1) - logp_R.detach()
+        logp_RV = logits_RV - lse_R[:, None]
+        return -(logp_RV.exp() * logp_RV).sum(-1)
+
+
+def _logprobs_of(logits_RV: torch.Tensor, targets_R: torch.Tensor) -> torch.Tensor:
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    if logits_RV.dtype == torch.float32 or not torch.is_grad_enabled():
+        return _block_logprobs(logits_RV, targets_R)
+    # Lower-precision logits: the block's float32 copy would be kept for the backward pass, one per block, i.e.
+    # the whole batch's float32 logits after all; recomputed from the stored logits instead.
+    out: torch.Tensor = checkpoint(_block_logprobs, logits_RV, targets_R, use_reentrant=False)
+    return out
+
+
 def token_logprobs_and_entropy(
     logits_BTV: torch.Tensor, targets_BT: torch.Tensor, weights_BT: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``token_logprobs``, and with ``weights_BT`` the policy's entropy at the positions it trains on (``[B, T]``,
-    zero elsewhere, no gradient): from the log-softmax already computed, over only those positions."""
+    zero elsewhere, no gradient).
+
+    In blocks of ``LOGITS_CHUNK_ELEMENTS`` logits: a float32 log-softmax of the whole batch would be a second
+    ``[B, T, V]`` tensor beside the logits (4.9 GB for 16 x 512 tokens over 151,936 ids), and one ``[N, V]``
+    temporary per operation cost 3x the time at a large vocabulary (allocation and memory traffic); blocks stay
+    in cache. The result equals the unblocked computation (tests pin loss, gradients and metrics)."""
     import torch
 
-    logp_BTV = torch.log_softmax(logits_BTV.float(), dim=-1)
-    logp_BT = logp_BTV.gather(-1, targets_BT.unsqueeze(-1)).squeeze(-1)
+    vocab = logits_BTV.shape[-1]
+    flat_NV = logits_BTV.reshape(-1, vocab)  # [B*T, V]: a view of the logits
+    targets_N = targets_BT.reshape(-1)
+    rows = max(1, LOGITS_CHUNK_ELEMENTS // vocab)
+    blocks = range(0, flat_NV.shape[0], rows)
+    logp_N = torch.cat([_logprobs_of(flat_NV[i : i + rows], targets_N[i : i + rows]) for i in blocks])
+    logp_BT = logp_N.reshape(targets_BT.shape)
     if weights_BT is None:
         return logp_BT, None
-    with torch.no_grad():
-        vocab = logp_BTV.shape[-1]
-        flat_NV = logp_BTV.reshape(-1, vocab)
-        trained_N = (weights_BT > 0).reshape(-1).nonzero().squeeze(-1)
-        entropy_N = torch.zeros(flat_NV.shape[0], dtype=logp_BT.dtype, device=logp_BT.device)
-        # In slices of ENTROPY_CHUNK_ELEMENTS: one [N, V] temporary per operation cost 3x the time at a large
-        # vocabulary (allocation and memory traffic); slices stay in cache.
-        for rows in trained_N.split(max(1, ENTROPY_CHUNK_ELEMENTS // vocab)):
-            logp_RV = flat_NV[rows]
-            entropy_N[rows] = -(logp_RV.exp() * logp_RV).sum(-1)
+    trained_N = (weights_BT > 0).reshape(-1).nonzero().squeeze(-1)
+    entropy_N = torch.zeros_like(logp_N, requires_grad=False)
+    for index in trained_N.split(rows):  # only the trained positions, a block at a time
+        entropy_N[index] = _block_entropy(flat_NV[index], logp_N[index], targets_N[index])
     return logp_BT, entropy_N.reshape(logp_BT.shape)

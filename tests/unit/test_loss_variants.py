@@ -61,7 +61,7 @@ def test_entropy_is_the_policys_at_trained_positions_in_any_slicing(monkeypatch:
     logp, entropy = token_logprobs_and_entropy(logits, targets, weights)
     torch.testing.assert_close(entropy, expected)
     torch.testing.assert_close(logp, torch.log_softmax(logits, -1).gather(-1, targets[..., None])[..., 0])
-    monkeypatch.setattr(losses, "ENTROPY_CHUNK_ELEMENTS", 14)  # two positions per slice
+    monkeypatch.setattr(losses, "LOGITS_CHUNK_ELEMENTS", 14)  # two positions per slice
     torch.testing.assert_close(token_logprobs_and_entropy(logits, targets, weights)[1], expected)
 
 
