@@ -14,7 +14,7 @@ from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.run_files import TINKER_CHECKPOINT_FILE
 from hermes_nb.protocol.tinker import TinkerCheckpoint
 from hermes_nb.protocol.trajectory import ScoredDataGroup
-from hermes_nb.runs.transfer import TransferError, resolve_transfer
+from hermes_nb.runs.transfer.resolve import TransferError, resolve_transfer
 from hermes_nb.testing import ModelShape, make_tiny_model
 from hermes_nb.trainer.distillation import with_teacher
 from hermes_nb.trainer.local_backend import LocalBackend
