@@ -4,6 +4,7 @@ environment file whose taskset it runs, and the one saying which verifiers clien
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Literal
 
@@ -18,9 +19,22 @@ TASKSET_PREFIX = "taskset."
 
 
 def taskset_id(file: str) -> tuple[str, Path]:
-    """The taskset id of the environment in ``file`` (its module's name) and the folder to import it from: a
-    module file is its stem in its folder, a package's ``__init__.py`` the package in the folder above."""
+    """The taskset id of the environment in ``file`` and the folder to import it from: a module of a ``vf-init``
+    package (``PROJECT/name/taskset.py`` beside ``PROJECT/pyproject.toml``) is the project's name (what
+    ``vf-eval`` takes; verifiers imports it as ``name``) from the project's folder; else a module file is its stem
+    in its folder, a package's ``__init__.py`` the package in the folder above."""
     path = Path(file).resolve()
+    project = _project_name(path.parent.parent / "pyproject.toml")
+    if project is not None and (path.parent / "__init__.py").is_file():
+        return project, path.parent.parent
     if path.name == "__init__.py":
         return path.parent.name, path.parent.parent
     return path.stem, path.parent
+
+
+def _project_name(pyproject: Path) -> str | None:
+    try:
+        name = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("name")
+    except (OSError, ValueError):
+        return None
+    return name if isinstance(name, str) and name else None
