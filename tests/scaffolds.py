@@ -94,3 +94,18 @@ def addition_vf(parent: Path, env_id: str = "peer-addition") -> Path:
     assert f"class {prefix}Taskset(" in taskset.read_text(encoding="utf-8"), "vf-init's naming changed"
     taskset.write_text(ADDITION_TASKSET.format(Prefix=prefix), encoding="utf-8")
     return project
+
+
+def python_with_installed(project: Path, venv: Path) -> Path:
+    """A Python with verifiers (the side environment's packages, through a ``.pth``) into which ``project`` is
+    installed with pip, as a user installs an environment: the shared side environment is left as it is."""
+    base = side_env_python("verifiers")
+    subprocess.run([str(base), "-m", "venv", str(venv)], check=True, capture_output=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    side = subprocess.run([str(base), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    (Path(purelib) / "side_environment.pth").write_text(side + "\n", encoding="utf-8")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", str(project)], check=True, capture_output=True)
+    return python

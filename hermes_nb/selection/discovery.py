@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from hermes_nb.config import EnvFramework
 from hermes_nb.frameworks import registry
-from hermes_nb.selection import packages
+from hermes_nb.selection import installed, packages
 from hermes_nb.system import home
 
 DEFAULT_CONFIG_CLASS = "BaseEnvConfig"
@@ -83,22 +83,25 @@ def scan(search_path: list[Path] | None = None) -> tuple[list[EnvironmentInfo], 
     dirs = search_path if search_path is not None else home.environment_search_path()
     with _CACHE.lock:
         folders = _folders(dirs)
-        stats = _stat_tree([folder for folder, _ in folders])
+        from_installs = _installed_folders()
+        stats = _stat_tree([folder for folder, _ in folders] + [folder for folder, _ in from_installs])
         metadata = sorted({m for _, m in folders if m is not None})
         # The registered frameworks decide what counts as an environment: registering one re-resolves the tree;
-        # a package's metadata names its environments: editing it renames them.
+        # a package's metadata names its environments: editing it, or installing one, renames or adds them.
         frameworks = tuple((name, 0, 0) for name in registry.names())
-        signature = frameworks + tuple((path, key[0], key[1]) for path, key in stats + _stat_files(metadata))
+        names = tuple((f"{folder}={name}", 0, 0) for folder, name in from_installs)
+        signature = frameworks + names + tuple((p, k[0], k[1]) for p, k in stats + _stat_files(metadata))
         if signature == _CACHE.signature and _CACHE.result is not None:
             return list(_CACHE.result[0]), list(_CACHE.result[1])
         scans = [_scan_cached(path, key) for path, key in stats]
         _CACHE.files = {path: _CACHE.files[path] for path, _ in stats}  # forget deleted files
-        result = _resolve(scans, _package_names(folders))
+        result = _resolve(scans, {**dict(from_installs), **_package_names(folders)})
         _CACHE.signature, _CACHE.result = signature, result
         return list(result[0]), list(result[1])
 
 
 def clear_cache() -> None:
+    installed.clear_cache()
     with _CACHE.lock:
         _CACHE.files.clear()
         _CACHE.signature = None
@@ -121,6 +124,20 @@ def _folders(dirs: list[Path]) -> list[tuple[str, str | None]]:
         else:
             below = [package]
         found += [(folder, p.metadata) for p in below for folder in packages.package_dirs(p)]
+    return found
+
+
+def _installed_folders() -> list[tuple[str, str]]:
+    """``(folder, name)`` of every folder of an environment package installed into a framework's Python."""
+    found: list[tuple[str, str]] = []
+    for adapter in registry.adapters():
+        python = adapter.configured_python()
+        if python is None:
+            continue  # hermes-nb's own Python: its environments are files on the path
+        for package in installed.installed_packages(python, adapter.recognition.packages):
+            for root in package.folders:
+                folder = packages.package_of(root) or packages.PackageFolder(root=root, metadata="")
+                found += [(inner, package.name) for inner in packages.package_dirs(folder)]
     return found
 
 

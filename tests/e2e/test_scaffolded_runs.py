@@ -1,7 +1,8 @@
 """Environments as their frameworks' scaffolds make them (tests/scaffolds.py: ``openenv init``'s package with a
 two-step typed-Action episode, a ``vf-init`` project with a held-out split), each listed by its framework's name,
-selected, trained to ``completed`` on the embedded chat model on exactly the tokens it sampled, and tested with
-``rl_test_inference``. The frameworks live in their side environments (``side_env_python`` skips where absent)."""
+and the ``vf-init`` project installed with pip into the verifiers Python, each selected, trained to ``completed``
+on the embedded chat model on exactly the tokens it sampled, and tested with ``rl_test_inference``. The frameworks
+live in their side environments (``side_env_python`` skips where absent)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from run_helpers import run, wait_for_status
 from sampled_logprobs import LOGPROB_TOLERANCE, trained_groups, worst_logprob_gap
-from scaffolds import addition_vf, two_step_openenv
+from scaffolds import addition_vf, python_with_installed, two_step_openenv
 from side_envs import side_env_python
 
 from hermes_nb.api import (
@@ -54,6 +55,23 @@ def scaffolded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 def test_a_scaffolded_package_is_listed_trained_on_its_sampled_tokens_and_tested(
     scaffolded: Path, name: str, framework: str
 ) -> None:
+    _listed_trained_and_tested(name, framework)
+
+
+def test_a_package_installed_into_the_verifiers_python_is_listed_by_its_id_trained_and_tested(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    python = python_with_installed(addition_vf(tmp_path / "src", "installed-addition"), tmp_path / "venv")
+    monkeypatch.setenv(VERIFIERS_PYTHON_VAR, str(python))
+    monkeypatch.setenv(home.ENV_PATH_VAR, str(tmp_path / "elsewhere"))
+    try:
+        _listed_trained_and_tested("installed-addition", "verifiers")
+    finally:
+        for run_id in known_run_ids():
+            run(rl_stop_training(run_id))
+
+
+def _listed_trained_and_tested(name: str, framework: str) -> None:
     listed = {env.name: env.framework for env in run(rl_list_environments()).environments}
     assert listed.get(name) == framework
 

@@ -1,6 +1,7 @@
 """Environment packages as ``openenv init`` and ``vf-init`` make them (tests/scaffolds.py) are listed by their
 framework's name for them, with the environments path at the folder holding them, at the package, or at its inner
-package folder; and they are read as their frameworks read them (the manifest's app, the project's id)."""
+package folder; a ``vf-init`` project installed with pip into the verifiers Python is listed by its id; and they
+are read as their frameworks read them (the manifest's app, the project's id)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from scaffolds import addition_vf, two_step_openenv
+from scaffolds import addition_vf, python_with_installed, two_step_openenv
 from side_envs import REPO_ROOT, side_env_python
 
 from hermes_nb.frameworks.verifiers.handoff import taskset_id
+from hermes_nb.frameworks.verifiers.interpreter import VERIFIERS_PYTHON_VAR
 from hermes_nb.selection import discovery
 
 # The OpenEnv Python's import of openenv (the app's) takes several seconds on a quiet two-core machine.
@@ -77,3 +79,17 @@ def test_the_openenv_app_of_a_package_is_its_manifest_app_with_both_import_idiom
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["FastAPI", "two_step.server.app"]
+
+
+def test_a_vf_init_project_installed_with_pip_is_listed_by_its_id_and_run_as_its_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    python = python_with_installed(addition_vf(tmp_path / "src", "installed-addition"), tmp_path / "venv")
+    monkeypatch.setenv(VERIFIERS_PYTHON_VAR, str(python))
+    discovery.clear_cache()
+
+    environments, _ = discovery.scan([tmp_path / "elsewhere"])
+
+    [listed] = [e for e in environments if e.name == "installed-addition"]
+    assert listed.framework == "verifiers" and "site-packages" in listed.file
+    assert taskset_id(listed.file) == ("installed_addition", Path(listed.file).parent.parent)

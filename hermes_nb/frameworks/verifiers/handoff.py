@@ -16,6 +16,8 @@ CLIENT_VAR = "HERMES_NB_VERIFIERS_CLIENT"  # "train" (a local model's server: to
 ClientKind = Literal["train", "eval"]
 # The settings key prefix of the taskset's own config fields ("taskset.split" is verifiers' --env.taskset.split).
 TASKSET_PREFIX = "taskset."
+# Where pip installs packages: a module in a package there is run as that package.
+INSTALL_FOLDERS = ("site-packages", "dist-packages")
 
 
 def taskset_id(file: str) -> tuple[str, Path]:
@@ -27,8 +29,8 @@ def taskset_id(file: str) -> tuple[str, Path]:
     project = _project_name(path.parent.parent / "pyproject.toml")
     if project is not None and (path.parent / "__init__.py").is_file():
         return project, path.parent.parent
-    if path.name == "__init__.py":
-        return path.parent.name, path.parent.parent
+    if path.name == "__init__.py" or path.parent.parent.name in INSTALL_FOLDERS:
+        return path.parent.name, path.parent.parent  # an installed package: verifiers imports it by its name
     return path.stem, path.parent
 
 
