@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/discovery.py [--files 1000] [--repeat 5]
 
-Cold = first scan of a tree this process has not seen (every file parsed); warm = the same tree again
+Cold = first scan of a tree this process has not seen (every file parsed, and every framework's Python asked for
+its installed packages); warm = the same tree again
 (one ``stat`` per file, nothing parsed). The peer, measured in the same run on the same tree, is what a naive
 scanner does: import every file and look for ``BaseEnv`` subclasses (as the Hermes RL tool reads its
 environments). Timings are reported as ratios against that peer, since the machine is
@@ -68,7 +69,8 @@ def timed_scan(directory: Path) -> tuple[float, int]:
     elapsed = time.perf_counter() - start
     if errors:
         raise SystemExit(f"unexpected scan errors: {errors[:3]}")
-    return elapsed, len(environments)
+    # Packages installed into a framework's Python are listed too, wherever the path points: not this tree's.
+    return elapsed, sum(1 for e in environments if Path(e.file).is_relative_to(directory))
 
 
 def import_scan(directory: Path) -> float:

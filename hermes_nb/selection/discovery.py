@@ -129,12 +129,13 @@ def _folders(dirs: list[Path]) -> list[tuple[str, str | None]]:
 
 def _installed_folders() -> list[tuple[str, str]]:
     """``(folder, name)`` of every folder of an environment package installed into a framework's Python."""
+    # hermes-nb's own framework (no Python of its own) has no installed packages: its environments are files.
+    pythons = {
+        a.name: (python, a.recognition.packages) for a in registry.adapters() if (python := a.configured_python())
+    }
     found: list[tuple[str, str]] = []
-    for adapter in registry.adapters():
-        python = adapter.configured_python()
-        if python is None:
-            continue  # hermes-nb's own Python: its environments are files on the path
-        for package in installed.installed_packages(python, adapter.recognition.packages):
+    for listed in installed.installed_by_framework(pythons).values():
+        for package in listed:
             for root in package.folders:
                 folder = packages.package_of(root) or packages.PackageFolder(root=root, metadata="")
                 found += [(inner, package.name) for inner in packages.package_dirs(folder)]

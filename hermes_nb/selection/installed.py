@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 # Lists the distributions requiring one of argv[1:], as JSON: {"purelib": ..., "packages": [{name, folders}]}.
@@ -71,9 +72,17 @@ def installed_packages(python: str, frameworks: tuple[str, ...]) -> tuple[Instal
             return entry.packages
         if key in _CACHE.by_python and entry is None:
             return ()  # this Python did not answer: not asked again in this process
-        entry = _list(python, frameworks)
+    entry = _list(python, frameworks)  # outside the lock: each framework's Python is asked at the same time
+    with _CACHE.lock:
         _CACHE.by_python[key] = entry
-        return entry.packages if entry is not None else ()
+    return entry.packages if entry is not None else ()
+
+
+def installed_by_framework(pythons: dict[str, tuple[str, tuple[str, ...]]]) -> dict[str, tuple[InstalledPackage, ...]]:
+    """``installed_packages`` of each framework (name -> its Python and requirement names), asked in parallel."""
+    with ThreadPoolExecutor(max_workers=max(1, len(pythons))) as pool:
+        futures = {name: pool.submit(installed_packages, *request) for name, request in pythons.items()}
+        return {name: future.result() for name, future in futures.items()}
 
 
 def clear_cache() -> None:
