@@ -101,7 +101,7 @@ def scan(search_path: list[Path] | None = None) -> tuple[list[EnvironmentInfo], 
 
 
 def clear_cache() -> None:
-    installed.clear_cache()
+    """Forget every file's parse (``installed`` keeps its answers: they follow their Python's state, not a tree)."""
     with _CACHE.lock:
         _CACHE.files.clear()
         _CACHE.signature = None

@@ -66,12 +66,9 @@ def installed_packages(python: str, frameworks: tuple[str, ...]) -> tuple[Instal
     """The environment packages installed into ``python`` (those requiring one of ``frameworks``); none when
     ``python`` cannot answer (it is checked, with its message, where a run needs it)."""
     key = (python, frameworks)
-    with _CACHE.lock:
-        entry = _CACHE.by_python.get(key)
-        if entry is not None and _mtime(entry.purelib) == entry.state:
-            return entry.packages
-        if key in _CACHE.by_python and entry is None:
-            return ()  # this Python did not answer: not asked again in this process
+    cached = _cached(key)
+    if cached is not None:
+        return cached
     entry = _list(python, frameworks)  # outside the lock: each framework's Python is asked at the same time
     with _CACHE.lock:
         _CACHE.by_python[key] = entry
@@ -80,9 +77,24 @@ def installed_packages(python: str, frameworks: tuple[str, ...]) -> tuple[Instal
 
 def installed_by_framework(pythons: dict[str, tuple[str, tuple[str, ...]]]) -> dict[str, tuple[InstalledPackage, ...]]:
     """``installed_packages`` of each framework (name -> its Python and requirement names), asked in parallel."""
-    with ThreadPoolExecutor(max_workers=max(1, len(pythons))) as pool:
-        futures = {name: pool.submit(installed_packages, *request) for name, request in pythons.items()}
-        return {name: future.result() for name, future in futures.items()}
+    answers = {name: cached for name, request in pythons.items() if (cached := _cached(request)) is not None}
+    asked = {name: request for name, request in pythons.items() if name not in answers}
+    if not asked:
+        return answers  # a warm scan: one stat per Python, no thread started
+    with ThreadPoolExecutor(max_workers=len(asked)) as pool:
+        futures = {name: pool.submit(installed_packages, *request) for name, request in asked.items()}
+        return {**answers, **{name: future.result() for name, future in futures.items()}}
+
+
+def _cached(key: tuple[str, tuple[str, ...]]) -> tuple[InstalledPackage, ...] | None:
+    """The cached answer for ``key`` while its ``site-packages`` is unchanged; ``None``: ask its Python."""
+    with _CACHE.lock:
+        if key not in _CACHE.by_python:
+            return None
+        entry = _CACHE.by_python[key]
+        if entry is None:
+            return ()  # this Python did not answer: not asked again in this process
+        return entry.packages if _mtime(entry.purelib) == entry.state else None
 
 
 def clear_cache() -> None:
