@@ -23,8 +23,9 @@ INSTALL_FOLDERS = ("site-packages", "dist-packages")
 def taskset_id(file: str) -> tuple[str, Path]:
     """The taskset id of the environment in ``file`` and the folder to import it from: a module of a ``vf-init``
     package (``PROJECT/name/taskset.py`` beside ``PROJECT/pyproject.toml``) is the project's name (what
-    ``vf-eval`` takes; verifiers imports it as ``name``) from the project's folder; else a module file is its stem
-    in its folder, a package's ``__init__.py`` the package in the folder above."""
+    ``vf-eval`` takes; verifiers imports it as ``name``) from the project's folder; a module of a package pip
+    installed is that package; else a module file is its stem in its folder, a package's ``__init__.py`` the
+    package in the folder above."""
     path = Path(file).resolve()
     project = _project_name(path.parent.parent / "pyproject.toml")
     if project is not None and (path.parent / "__init__.py").is_file():
