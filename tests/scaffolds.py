@@ -98,7 +98,8 @@ def addition_vf(parent: Path, env_id: str = "peer-addition") -> Path:
 
 def python_with_installed(project: Path, venv: Path) -> Path:
     """A Python with verifiers (the side environment's packages, through a ``.pth``) into which ``project`` is
-    installed with pip, as a user installs an environment: the shared side environment is left as it is."""
+    installed with pip, as a user installs an environment: the shared side environment is left as it is. pip
+    builds the project in isolation, so it fetches vf-init's build backend (hatchling) from the package index."""
     base = side_env_python("verifiers")
     subprocess.run([str(base), "-m", "venv", str(venv)], check=True, capture_output=True)
     python = venv / "bin" / "python"
