@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from hermes_nb.config import EnvFramework
 from hermes_nb.frameworks import registry
+from hermes_nb.selection import installed, packages
 from hermes_nb.system import home
 
 DEFAULT_CONFIG_CLASS = "BaseEnvConfig"
@@ -81,27 +82,84 @@ def scan(search_path: list[Path] | None = None) -> tuple[list[EnvironmentInfo], 
     """The environments and parse errors under ``search_path`` (default: ``home.environment_search_path()``)."""
     dirs = search_path if search_path is not None else home.environment_search_path()
     with _CACHE.lock:
-        stats = _stat_tree(dirs)
-        # The registered frameworks decide what counts as an environment: registering one re-resolves the tree.
+        folders = _folders(dirs)
+        from_installs = _installed_folders()
+        stats = _stat_tree([folder for folder, _ in folders] + [folder for folder, _ in from_installs])
+        metadata = sorted({m for _, m in folders if m is not None})
+        # The registered frameworks decide what counts as an environment: registering one re-resolves the tree;
+        # a package's metadata names its environments: editing it, or installing one, renames or adds them.
         frameworks = tuple((name, 0, 0) for name in registry.names())
-        signature = frameworks + tuple((path, key[0], key[1]) for path, key in stats)
+        names = tuple((f"{folder}={name}", 0, 0) for folder, name in from_installs)
+        signature = frameworks + names + tuple((p, k[0], k[1]) for p, k in stats + _stat_files(metadata))
         if signature == _CACHE.signature and _CACHE.result is not None:
             return list(_CACHE.result[0]), list(_CACHE.result[1])
         scans = [_scan_cached(path, key) for path, key in stats]
         _CACHE.files = {path: _CACHE.files[path] for path, _ in stats}  # forget deleted files
-        result = _resolve(scans)
+        result = _resolve(scans, {**dict(from_installs), **_package_names(folders)})
         _CACHE.signature, _CACHE.result = signature, result
         return list(result[0]), list(result[1])
 
 
 def clear_cache() -> None:
+    """Forget every file's parse (``installed`` keeps its answers: they follow their Python's state, not a tree)."""
     with _CACHE.lock:
         _CACHE.files.clear()
         _CACHE.signature = None
         _CACHE.result = None
 
 
-def _stat_tree(dirs: list[Path]) -> list[tuple[str, tuple[int, int]]]:
+def _folders(dirs: list[Path]) -> list[tuple[str, str | None]]:
+    """Every folder whose modules are scanned, with the metadata file of the package it belongs to (``None``: a
+    plain folder), in search-path order: an entry, then the package folders below it."""
+    found: list[tuple[str, str | None]] = []
+    for directory in map(str, dirs):
+        package = packages.package_of(directory)
+        if package is None:
+            found.append((directory, None))
+            try:
+                entries = sorted(os.scandir(directory), key=lambda e: e.name)
+            except OSError:
+                continue  # a missing directory on the path is not an error: nothing there yet
+            below = packages.sub_packages(directory, entries)
+        else:
+            below = [package]
+        found += [(folder, p.metadata) for p in below for folder in packages.package_dirs(p)]
+    return found
+
+
+def _installed_folders() -> list[tuple[str, str]]:
+    """``(folder, name)`` of every folder of an environment package installed into a framework's Python."""
+    # hermes-nb's own framework (no Python of its own) has no installed packages: its environments are files.
+    pythons = {
+        a.name: (python, a.recognition.packages) for a in registry.adapters() if (python := a.configured_python())
+    }
+    found: list[tuple[str, str]] = []
+    for listed in installed.installed_by_framework(pythons).values():
+        for package in listed:
+            for root in package.folders:
+                folder = packages.package_of(root) or packages.PackageFolder(root=root, metadata="")
+                found += [(inner, package.name) for inner in packages.package_dirs(folder)]
+    return found
+
+
+def _package_names(folders: list[tuple[str, str | None]]) -> dict[str, str]:
+    """Folder -> the environment name its package's metadata gives, for the folders of packages that give one."""
+    names = {m: packages.package_name(m) for m in {m for _, m in folders if m is not None}}
+    return {folder: name for folder, m in folders if m is not None and (name := names[m]) is not None}
+
+
+def _stat_files(paths: list[str]) -> list[tuple[str, tuple[int, int]]]:
+    found: list[tuple[str, tuple[int, int]]] = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        found.append((path, (st.st_mtime_ns, st.st_size)))
+    return found
+
+
+def _stat_tree(dirs: list[str]) -> list[tuple[str, tuple[int, int]]]:
     """``(path, (mtime_ns, size))`` of every candidate file, in search-path order then name order."""
     found: list[tuple[str, tuple[int, int]]] = []
     seen: set[str] = set()
@@ -255,8 +313,11 @@ def _first_line(doc: str | None) -> str:
     return next((line.strip() for line in doc.splitlines() if line.strip()), "")
 
 
-def _resolve(scans: list[FileScan]) -> tuple[list[EnvironmentInfo], list[DiscoveryProblem]]:
-    """Decide which classes are environments (across files) and build their entries, first name wins."""
+def _resolve(
+    scans: list[FileScan], package_names: dict[str, str]
+) -> tuple[list[EnvironmentInfo], list[DiscoveryProblem]]:
+    """Decide which classes are environments (across files) and build their entries, first name wins; an
+    environment of a package is named by the package (``package_names``: folder -> name)."""
     by_name: dict[str, list[tuple[FileScan, ClassRecord]]] = {}
     for file_scan in scans:
         for record in file_scan.classes:
@@ -272,6 +333,9 @@ def _resolve(scans: list[FileScan]) -> tuple[list[EnvironmentInfo], list[Discove
             if record.abstract or not is_env(file_scan, record):
                 continue
             info = _info(file_scan, record, is_env.config_class(file_scan, record), is_env.framework(file_scan, record))
+            package_name = package_names.get(os.path.dirname(file_scan.path))
+            if package_name is not None and record.env_name is None:
+                info.name = package_name
             if info.name in taken:
                 message = f"environment name {info.name!r} ({record.class_name}) is already used by {taken[info.name]}"
                 errors.append(DiscoveryProblem(file=file_scan.path, line=record.line, message=message))

@@ -4,6 +4,7 @@ environment file whose taskset it runs, and the one saying which verifiers clien
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Literal
 
@@ -15,12 +16,28 @@ CLIENT_VAR = "HERMES_NB_VERIFIERS_CLIENT"  # "train" (a local model's server: to
 ClientKind = Literal["train", "eval"]
 # The settings key prefix of the taskset's own config fields ("taskset.split" is verifiers' --env.taskset.split).
 TASKSET_PREFIX = "taskset."
+# Where pip installs packages: a module in a package there is run as that package.
+INSTALL_FOLDERS = ("site-packages", "dist-packages")
 
 
 def taskset_id(file: str) -> tuple[str, Path]:
-    """The taskset id of the environment in ``file`` (its module's name) and the folder to import it from: a
-    module file is its stem in its folder, a package's ``__init__.py`` the package in the folder above."""
+    """The taskset id of the environment in ``file`` and the folder to import it from: a module of a ``vf-init``
+    package (``PROJECT/name/taskset.py`` beside ``PROJECT/pyproject.toml``) is the project's name (what
+    ``vf-eval`` takes; verifiers imports it as ``name``) from the project's folder; a module of a package pip
+    installed is that package; else a module file is its stem in its folder, a package's ``__init__.py`` the
+    package in the folder above."""
     path = Path(file).resolve()
-    if path.name == "__init__.py":
-        return path.parent.name, path.parent.parent
+    project = _project_name(path.parent.parent / "pyproject.toml")
+    if project is not None and (path.parent / "__init__.py").is_file():
+        return project, path.parent.parent
+    if path.name == "__init__.py" or path.parent.parent.name in INSTALL_FOLDERS:
+        return path.parent.name, path.parent.parent  # an installed package: verifiers imports it by its name
     return path.stem, path.parent
+
+
+def _project_name(pyproject: Path) -> str | None:
+    try:
+        name = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("name")
+    except (OSError, ValueError):
+        return None
+    return name if isinstance(name, str) and name else None

@@ -1,0 +1,91 @@
+"""Environments as their frameworks' scaffolds make them (tests/scaffolds.py: ``openenv init``'s package with a
+two-step typed-Action episode, a ``vf-init`` project with a held-out split), each listed by its framework's name,
+and the ``vf-init`` project installed with pip into the verifiers Python, each selected, trained to ``completed``
+on the embedded chat model on exactly the tokens it sampled, and tested with ``rl_test_inference``. The frameworks
+live in their side environments (``side_env_python`` skips where absent)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from run_helpers import run, wait_for_status
+from sampled_logprobs import LOGPROB_TOLERANCE, trained_groups, worst_logprob_gap
+from scaffolds import addition_vf, python_with_installed, two_step_openenv
+from side_envs import side_env_python
+
+from hermes_nb.api import (
+    rl_edit_config,
+    rl_list_environments,
+    rl_select_environment,
+    rl_start_training,
+    rl_stop_training,
+    rl_test_inference,
+)
+from hermes_nb.config import embedded_chat_model_dir
+from hermes_nb.frameworks.openenv.interpreter import OPENENV_PYTHON_VAR
+from hermes_nb.frameworks.verifiers.interpreter import VERIFIERS_PYTHON_VAR
+from hermes_nb.runs.run_dirs import known_run_ids
+from hermes_nb.system import home
+
+RUN_TIMEOUT_S = 300
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(3 * RUN_TIMEOUT_S)]
+SHORT = {"group_size": 2, "batch_size": 4, "eval_items": 2, "max_num_workers": 2, "wandb.mode": "disabled"}
+# The embedded model rarely scores: flat groups are kept (advantage 0) so a short run moves.
+KEEP_FLAT_GROUPS = {"ensure_scores_are_not_same": False}
+# The embedded model's context is 128 tokens: two turns of the echo episode fit with short replies.
+SETTINGS = {"openenv": {"max_turn_tokens": 16}, "verifiers": {}}
+
+
+@pytest.fixture
+def scaffolded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Both scaffolded packages in one folder on the environments path, both side Pythons; runs stopped."""
+    monkeypatch.setenv(OPENENV_PYTHON_VAR, str(side_env_python("openenv")))
+    monkeypatch.setenv(VERIFIERS_PYTHON_VAR, str(side_env_python("verifiers")))
+    two_step_openenv(tmp_path)
+    addition_vf(tmp_path)
+    monkeypatch.setenv(home.ENV_PATH_VAR, str(tmp_path))
+    yield tmp_path
+    for run_id in known_run_ids():
+        run(rl_stop_training(run_id))
+
+
+@pytest.mark.parametrize(("name", "framework"), [("two_step", "openenv"), ("peer-addition", "verifiers")])
+def test_a_scaffolded_package_is_listed_trained_on_its_sampled_tokens_and_tested(
+    scaffolded: Path, name: str, framework: str
+) -> None:
+    _listed_trained_and_tested(name, framework)
+
+
+def test_a_package_installed_into_the_verifiers_python_is_listed_by_its_id_trained_and_tested(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    python = python_with_installed(addition_vf(tmp_path / "src", "installed-addition"), tmp_path / "venv")
+    monkeypatch.setenv(VERIFIERS_PYTHON_VAR, str(python))
+    monkeypatch.setenv(home.ENV_PATH_VAR, str(tmp_path / "elsewhere"))
+    try:
+        _listed_trained_and_tested("installed-addition", "verifiers")
+    finally:
+        for run_id in known_run_ids():
+            run(rl_stop_training(run_id))
+
+
+def _listed_trained_and_tested(name: str, framework: str) -> None:
+    listed = {env.name: env.framework for env in run(rl_list_environments()).environments}
+    assert listed.get(name) == framework
+
+    run(rl_select_environment(name))
+    run(rl_edit_config({**SHORT, **KEEP_FLAT_GROUPS, **SETTINGS[framework]}))
+    start = run(rl_start_training(total_steps=2))
+    status = wait_for_status(start.run_id, lambda s: s.is_terminal, RUN_TIMEOUT_S)
+
+    assert status.status == "completed", status.error
+    first_groups = trained_groups(home.run_dir(start.run_id))[1]
+    gap = worst_logprob_gap(first_groups, embedded_chat_model_dir(), temperature=1.0)
+    assert gap <= LOGPROB_TOLERANCE, f"a kept logprob differs from the model's by {gap}"
+
+    tested = run(rl_test_inference(num_steps=1, group_size=2, models="embedded-chat"))
+    [result] = tested.results
+    assert result.status == "ok", result.error
+    assert result.completions == 2
