@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 # The command an environment's ``cli()`` hands over to: its host, named as a process runs it, not imported.
-RUNTIME_MODULE = "hermes_nb.env_host"
+HOST_MODULE = "hermes_nb.env_host"
 
 
 class BaseEnv(ABC):
@@ -150,8 +150,8 @@ class BaseEnv(ABC):
         contract, which never imports it; the class is loaded from its file again, as a run loads it."""
         source = inspect.getsourcefile(cls)
         if source is None:
-            raise SystemExit(f"{cls.__name__}.cli(): the class has no source file to hand to {RUNTIME_MODULE}")
+            raise SystemExit(f"{cls.__name__}.cli(): the class has no source file to hand to {HOST_MODULE}")
         argv = sys.argv[1:]
         # The subcommand first, then the environment file it runs: ``serve FILE:CLASS --config ...``.
         handed = [*argv[:1], f"{source}:{cls.__name__}", *argv[1:]] if argv and not argv[0].startswith("-") else argv
-        os.execv(sys.executable, [sys.executable, "-m", RUNTIME_MODULE, *handed])
+        os.execv(sys.executable, [sys.executable, "-m", HOST_MODULE, *handed])

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from hermes_nb.config import RunConfig
-from hermes_nb.env.base import RUNTIME_MODULE
+from hermes_nb.env.base import HOST_MODULE
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.system import home
 from hermes_nb.system.secrets import write_private
@@ -95,9 +95,9 @@ class ServeRequest(BaseModel):
     secret: str | None = Field(default=None, repr=False)  # the run's servers' secret
     api_secret: str | None = Field(default=None, repr=False)  # the trajectory API's: none for an external API
 
-    def runtime_argv(self, python: str, spec: str) -> list[str]:
+    def host_argv(self, python: str, spec: str) -> list[str]:
         """``python -m hermes_nb.env_host serve SPEC`` with the run's config: the usual serve command."""
-        return [python, "-m", RUNTIME_MODULE, "serve", spec, "--config", str(self.paths.config)]
+        return [python, "-m", HOST_MODULE, "serve", spec, "--config", str(self.paths.config)]
 
 
 class ModelTestRequest(BaseModel):
@@ -116,9 +116,9 @@ class ModelTestRequest(BaseModel):
     output: Path
     stem: Path  # a prefix for any other file the framework's test writes (its settings, its own groups file)
 
-    def runtime_argv(self, spec: str) -> list[str]:
+    def host_argv(self, spec: str) -> list[str]:
         """``python -m hermes_nb.env_host process SPEC`` writing this test's groups: the usual test command."""
-        argv = [self.python, "-m", RUNTIME_MODULE, "process", spec, "--num-groups", str(self.num_groups)]
+        argv = [self.python, "-m", HOST_MODULE, "process", spec, "--num-groups", str(self.num_groups)]
         argv += ["--output", str(self.output), "--inference-url", self.model_url, "--config", str(self.config_path)]
         if self.model_name:
             argv += ["--model-name", self.model_name]  # for its log: the gateway decides what the endpoint is sent

@@ -57,11 +57,11 @@ class SidePythonFramework(FrameworkAdapter):
         python = self.python(ref.file)
         env = self._environment(request.base_environment, ref.file)
         env.update(self.serve_variables(request, python, env))
-        return ChildCommand(argv=request.runtime_argv(python, self.episode_env_spec), environment=env)
+        return ChildCommand(argv=request.host_argv(python, self.episode_env_spec), environment=env)
 
     def model_test(self, request: ModelTestRequest) -> ChildCommand:
         ref = request.config.environment
         assert ref is not None  # rl_test_inference refuses to start without one
         env = self._environment(request.base_environment, ref.file)
         env.update(self.model_test_variables(request, env))
-        return ChildCommand(argv=request.runtime_argv(self.episode_env_spec), environment=env)
+        return ChildCommand(argv=request.host_argv(self.episode_env_spec), environment=env)

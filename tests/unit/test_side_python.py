@@ -78,7 +78,7 @@ def test_a_side_python_framework_serves_its_episode_class_with_the_file_and_its_
 
     command = toy.ADAPTER.serve(request)
 
-    assert command.argv == request.runtime_argv(sys.executable, toy.ADAPTER.episode_env_spec)
+    assert command.argv == request.host_argv(sys.executable, toy.ADAPTER.episode_env_spec)
     assert command.environment[toy.FILE_VAR] == ENV_FILE
     assert command.environment[toy.MODE_VAR] == "train"
     assert command.environment["PYTHONPATH"].split(os.pathsep)[0] == str(import_root())
@@ -96,7 +96,7 @@ def test_a_side_python_framework_tests_a_model_with_the_same_class_in_the_checke
 
     command = toy.ADAPTER.model_test(request)
 
-    assert command.argv == request.runtime_argv(toy.ADAPTER.episode_env_spec)
+    assert command.argv == request.host_argv(toy.ADAPTER.episode_env_spec)
     assert command.argv[0] == "/venvs/toy/bin/python"
     assert command.environment[toy.FILE_VAR] == ENV_FILE
     assert command.environment[toy.MODE_VAR] == "test"

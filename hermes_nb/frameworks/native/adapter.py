@@ -32,10 +32,10 @@ class NativeFramework(FrameworkAdapter):
         ref = request.config.environment
         assert ref is not None  # the launcher refuses to start without one
         spec = f"{ref.file}:{ref.class_name}"
-        return ChildCommand(argv=request.runtime_argv(sys.executable, spec), environment=dict(request.base_environment))
+        return ChildCommand(argv=request.host_argv(sys.executable, spec), environment=dict(request.base_environment))
 
     def model_test(self, request: ModelTestRequest) -> ChildCommand:
         ref = request.config.environment
         assert ref is not None  # rl_test_inference refuses to start without one
         spec = f"{ref.file}:{ref.class_name}"
-        return ChildCommand(argv=request.runtime_argv(spec), environment=dict(request.base_environment))
+        return ChildCommand(argv=request.host_argv(spec), environment=dict(request.base_environment))
