@@ -7,9 +7,11 @@ The runs part, floors above selection, starts its warm kit then (``runs.supervis
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 _listeners: list[Callable[[], None]] = []
+_muted = False
 
 
 def on_selected(listener: Callable[[], None]) -> None:
@@ -20,5 +22,19 @@ def on_selected(listener: Callable[[], None]) -> None:
 
 def selected() -> None:
     """Tell the listeners that an environment was selected; each returns at once (it may start a thread)."""
+    if _muted:
+        return
     for listener in _listeners:
         listener()
+
+
+@contextlib.contextmanager
+def muted() -> Iterator[None]:
+    """Tell no listener inside this block: a process that ends right after its command (the CLI) would start a kit
+    for a run it never starts."""
+    global _muted
+    before, _muted = _muted, True
+    try:
+        yield
+    finally:
+        _muted = before
