@@ -1,7 +1,7 @@
 """Warm starts: the kernel keeps one warm kit (``runs.supervision.warm_kit``) ready, and hands it the next run
 it starts.
 
-A kernel makes its first kit when an environment is selected (``prepare_first``, told by ``selection.service``):
+A kernel makes its first kit when an environment is selected (``prepare_first``, told by ``selection.listeners``):
 selecting is the step before a first run, taken by every face (a cell, ``%rl_select``, the picker, the config form's
 environment), a few seconds to minutes before ``rl_start_training``; loading the extension would warm kernels that
 only browse runs, and waiting for the config form would miss those who train from cells. Every run a kernel (or
