@@ -23,11 +23,13 @@ ratio.
 
 ``--from-call`` also starts both clocks when the user asks for a run, start-up included: TRL's at building the
 ``GRPOTrainer`` (its config and dataset included) in a process that has the model and tokenizer loaded already,
-as a notebook user has them; hermes-nb's at ``rl_start_training``, once cold (the warm kit ended first) and once
-warm (the kit the previous start left, ready), two runs per seed. The after-start-up ratio is then the cold run's.
+as a notebook user has them; hermes-nb's at ``rl_start_training``, three runs per seed, each in a fresh home:
+cold-first (the first run of a kernel with warm starts off, ``HERMES_NB_WARM_START=0``), warm-first (the first run
+of a kernel with them on: the environment selected, ``--pause`` seconds, then the start, as a user who selects and
+then starts), and warm (the kit the previous start left, ready). The after-start-up ratio is then the cold run's.
 
     .venv/bin/python bench/vs_trl.py [--seeds 0 1 2] [--lift 15] [--eval-every 10] [--max-seconds 240]
-                                     [--from-call] [--write]
+                                     [--from-call [--pause 10]] [--write]
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "environments"))
@@ -50,6 +53,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import arithmetic  # noqa: E402  (the shipped environment, used in process for its items and checker)
 from learning import QUICKSTART_BENCH, read_rows  # noqa: E402
+
+T = TypeVar("T")
 
 GROUP_SIZE = 16
 BATCH_SIZE = 128  # completions per step: 8 prompts x 16
@@ -351,39 +356,87 @@ def shown(value: float | None) -> str:
 class SeedResult:
     lines: list[str]
     after_startup: float | None
-    cold: float | None = None  # from the call; with --from-call only
+    cold_first: float | None = None  # from the call; with --from-call only
+    warm_first: float | None = None
     warm: float | None = None
 
 
-def one_seed(seed: int, lr: float, args: argparse.Namespace) -> SeedResult:
+def cold_first_run(seed: int, lr: float, args: argparse.Namespace, target: float) -> Curve:
+    """The first run of a kernel with warm starts off, in a fresh home."""
     from hermes_nb.runs.supervision import warm_start
 
-    start = base_accuracy(seed)
-    target = start + args.lift / 100
+    warm_start.discard()
+    os.environ[warm_start.WARM_START_VAR] = "0"
+    try:
+        return run_hermes(seed, lr, args.eval_every, target, args.max_seconds)
+    finally:
+        del os.environ[warm_start.WARM_START_VAR]
+
+
+def warm_first_run(seed: int, lr: float, args: argparse.Namespace, target: float) -> Curve:
+    """The first run of a kernel with warm starts on, in a fresh home: selected, ``--pause`` seconds, started."""
+    from hermes_nb.api import rl_select_environment
+    from hermes_nb.runs.supervision import warm_start
+
+    warm_start.discard()  # no kit of an earlier home serves it
+    asyncio.run(rl_select_environment("arithmetic"))
+    time.sleep(args.pause)
+    curve = run_hermes(seed, lr, args.eval_every, target, args.max_seconds)
+    curve.name = f"hermes-nb (warm first start, {args.pause:g} s after the selection)"
+    return curve
+
+
+def warm_next_run(seed: int, lr: float, args: argparse.Namespace, target: float) -> Curve:
+    """The next run of the kernel, once the kit the previous start left is ready."""
+    from hermes_nb.runs.supervision import warm_start
+
+    if not warm_start.wait_until_ready(120.0):
+        raise RuntimeError("the warm kit the previous run left was not ready within 120 s (logs/warm_kit.log)")
+    curve = run_hermes(seed, lr, args.eval_every, target, args.max_seconds)
+    curve.name = "hermes-nb (warm start, the kit the previous run left)"
+    return curve
+
+
+def warm_runs(seed: int, lr: float, args: argparse.Namespace, target: float) -> tuple[Curve, Curve]:
+    """A kernel's first run, warm after its selection, then its next."""
+    return warm_first_run(seed, lr, args, target), warm_next_run(seed, lr, args, target)
+
+
+def in_fresh_home(run: Callable[..., T], *arguments: Any) -> T:
+    from hermes_nb.runs.supervision import warm_start
+
     with tempfile.TemporaryDirectory() as home:
         os.environ["HERMES_NB_HOME"] = home
-        warm_start.discard()  # the first start of a fresh home is cold: no kit of an earlier home serves it
-        ours = run_hermes(seed, lr, args.eval_every, target, args.max_seconds)
-        warm = None
-        if args.from_call:
-            if not warm_start.wait_until_ready(120.0):
-                raise RuntimeError("the warm kit the cold run left was not ready within 120 s (logs/warm_kit.log)")
-            warm = run_hermes(seed, lr, args.eval_every, target, args.max_seconds)
-            warm.name = "hermes-nb (warm start)"
-        warm_start.discard()  # TRL runs on a quiet machine, as hermes-nb did
+        try:
+            return run(*arguments)
+        finally:
+            warm_start.discard()  # TRL runs on a quiet machine, as hermes-nb did
+
+
+def one_seed(seed: int, lr: float, args: argparse.Namespace) -> SeedResult:
+    start = base_accuracy(seed)
+    target = start + args.lift / 100
+    ours = in_fresh_home(cold_first_run, seed, lr, args, target)
+    warm_first = warm = None
+    if args.from_call:
+        warm_first, warm = in_fresh_home(warm_runs, seed, lr, args, target)
     trl = run_trl(seed, lr, args.eval_every, target, args.max_seconds, max_steps=2000)
     result = SeedResult([], ratio(ours, trl, target))
     speed = trl.seconds_per_step / ours.seconds_per_step if ours.seconds_per_step else float("nan")
     result.lines = [
         f"seed {seed}: base model {start * 100:.1f}%, target {target * 100:.1f}%",
         *describe(ours, target),
-        *(describe(warm, target) if warm is not None else []),
+        *(line for curve in (warm_first, warm) if curve is not None for line in describe(curve, target)),
         *describe(trl, target),
         f"  time ratio hermes-nb/TRL: {shown(result.after_startup)}; per step hermes-nb is {speed:.2f}x TRL's speed",
     ]
-    if warm is not None:
-        result.cold, result.warm = ratio_from_call(ours, trl, target), ratio_from_call(warm, trl, target)
-        result.lines.append(f"  from the call: cold {shown(result.cold)}, warm {shown(result.warm)}")
+    if warm_first is not None and warm is not None:
+        result.cold_first = ratio_from_call(ours, trl, target)
+        result.warm_first, result.warm = ratio_from_call(warm_first, trl, target), ratio_from_call(warm, trl, target)
+        result.lines.append(
+            f"  from the call: cold first {shown(result.cold_first)}, warm first {shown(result.warm_first)}, "
+            f"warm next {shown(result.warm)}"
+        )
     return result
 
 
@@ -405,6 +458,7 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=240.0, help="give up on a side after this long")
     parser.add_argument("--learning-rate", type=float, default=None, help="default: the quickstart config's")
     parser.add_argument("--from-call", action="store_true", help="also time from the user's call, cold and warm")
+    parser.add_argument("--pause", type=float, default=10.0, help="seconds from the selection to a warm first start")
     parser.add_argument("--write", action="store_true", help="append the numbers to docs/benchmarks.md")
     args = parser.parse_args()
     lr = args.learning_rate or quickstart_learning_rate()
@@ -421,8 +475,9 @@ def main() -> None:
         lines += results[-1].lines
     totals = [summary("time ratio hermes-nb/TRL (target <= 0.5)", [r.after_startup for r in results])]
     if args.from_call:
-        totals.append(summary("from the call, cold start", [r.cold for r in results]))
-        totals.append(summary("from the call, warm start", [r.warm for r in results]))
+        totals.append(summary("from the call, first run, cold", [r.cold_first for r in results]))
+        totals.append(summary(f"from the call, first run, warm ({args.pause:g} s)", [r.warm_first for r in results]))
+        totals.append(summary("from the call, next run, warm", [r.warm for r in results]))
     print("\n".join(totals))
     lines += totals
     if args.write:

@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from hermes_nb import command_table as _command_table
+from hermes_nb.selection import listeners as _selection_listeners
 
 __version__ = "0.1.0"
 
@@ -65,6 +66,17 @@ if TYPE_CHECKING:
     from hermes_nb.selection.commands import rl_reset_config as rl_reset_config
     from hermes_nb.selection.commands import rl_select_environment as rl_select_environment
     from hermes_nb.syncio import run_sync as run_sync
+
+
+def _warm_up() -> None:
+    """An environment was selected: the first run will be soon, so its warm kit starts now (a thread of its own)."""
+    from hermes_nb.runs.supervision import warm_start
+
+    warm_start.prepare_first()
+
+
+# Registered here, above both selection and runs, so that whichever face selects, the first run finds a kit.
+_selection_listeners.on_selected(_warm_up)
 
 
 def __getattr__(name: str) -> Any:

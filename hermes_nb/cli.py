@@ -22,6 +22,7 @@ from typing import Any
 from hermes_nb import command_table
 from hermes_nb.command_table import Command
 from hermes_nb.errors import HermesNBError
+from hermes_nb.selection import listeners
 
 EXIT_USER_ERROR = 2
 EXIT_RUN_FAILED = 1
@@ -50,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from hermes_nb.syncio import run_sync
 
     try:
-        result = run_sync(command.core()(**command.core_arguments("cli", vars(args))))
+        with listeners.muted():  # a warm kit would end with this process, unused
+            result = run_sync(command.core()(**command.core_arguments("cli", vars(args))))
         if command.starts_run:
             return print_started(result, args)
     except HermesNBError as exc:

@@ -18,7 +18,7 @@ import yaml
 
 from hermes_nb.config import LOCKED_FIELDS
 from hermes_nb.errors import ConfigError
-from hermes_nb.selection import editing, service, session
+from hermes_nb.selection import editing, listeners, service, session
 from hermes_nb.selection.current import ensure_started
 from hermes_nb.selection.discovery import EnvironmentInfo
 from hermes_nb.selection.results import ConfigView, EditResult, EnvironmentList, SelectionResult
@@ -75,6 +75,8 @@ async def rl_load_config(path: str | Path) -> EditResult:
             base = editing.selected_state(base, *selection)
         state, changed, previous = editing.apply_edits(base, edits)
         session.save(state)
+    if selection is not None:
+        listeners.selected()
     return EditResult(
         changed=changed, previous=previous, ignored=ignored, source=str(path), config=editing.build_view(state)
     )

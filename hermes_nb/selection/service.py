@@ -17,7 +17,7 @@ from typing import Any
 
 from hermes_nb.errors import ConfigError, HermesNBError, UnknownEnvironmentError
 from hermes_nb.frameworks import registry
-from hermes_nb.selection import discovery, editing, session
+from hermes_nb.selection import discovery, editing, listeners, session
 from hermes_nb.selection.current import ensure_started
 from hermes_nb.selection.discovery import EnvironmentInfo
 from hermes_nb.selection.results import ConfigView, EditResult, EnvironmentList, SelectionResult
@@ -53,6 +53,7 @@ def select_environment(name: str) -> SelectionResult:
     with EDIT_LOCK:
         state = editing.selected_state(session.load(), info, env_schema)
         session.save(state)
+    listeners.selected()
     view = editing.build_view(state)
     return SelectionResult(environment=info, config=view, message=f"Selected environment: {_described(info)}")
 

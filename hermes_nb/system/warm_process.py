@@ -12,13 +12,15 @@ ends it. One assignment per process: it never serves twice.
 
 Until it is assigned it runs at the lowest priority: a kit is made while the run before it trains, and its
 seconds of imports would otherwise be taken from that run's steps. Lowering a priority is allowed to anyone, but
-raising it again needs privileges, so what is lowered is what the run's process leaves behind:
+raising a nice value again needs privileges, so what is lowered is what the run's process leaves behind:
 
 - Its session's scheduling group. Where the kernel groups processes by session (``sched_autogroup``), each session
   gets an equal share of the cores whatever its processes' nice values, so a warm process in a session of its own
   would take as much as the run's trainer. Warm processes start in their kit's session instead, whose group the kit
   gives the lowest weight (``lower_session_priority``); an assigned process starts a session of its own, whose new
-  group has the default weight, before it runs anything.
+  group has the default weight, before it runs anything. A group's weight, unlike a nice value, may be set back to
+  the default without privileges (only a weight above it needs them): a kit handed a run while its processes still
+  import does so (``restore_session_priority``), since they are that run's now.
 - Its importing thread's nice value (``IMPORT_NICE``), for kernels without session groups: on Linux a nice value
   belongs to one thread, and the main thread, which becomes the run's process, keeps the one it started with.
 """
@@ -45,6 +47,8 @@ WARM_MODULE = "hermes_nb.system.warm_process"
 # The importing thread's nice value, and the weight of the kit's session: they run on what the cores have to spare.
 IMPORT_NICE = 19
 AUTOGROUP_FILE = "/proc/self/autogroup"
+# A new session's group weight: the one a cold start's processes get.
+DEFAULT_SESSION_NICE = 0
 # An assigned process starts its own session first thing; the bound is for a machine stalled by load.
 SESSION_WAIT_S = 30.0
 
@@ -74,6 +78,12 @@ def lower_session_priority() -> None:
     nothing): its warm processes then take only what the cores have to spare."""
     with contextlib.suppress(OSError):
         Path(AUTOGROUP_FILE).write_text(str(IMPORT_NICE), encoding="ascii")
+
+
+def restore_session_priority() -> None:
+    """Give this process's session scheduling group the default weight again: what it still imports is a run's."""
+    with contextlib.suppress(OSError):
+        Path(AUTOGROUP_FILE).write_text(str(DEFAULT_SESSION_NICE), encoding="ascii")
 
 
 def assignment_for(argv: Sequence[str], environment: Mapping[str, str], log_path: Path) -> Assignment | None:

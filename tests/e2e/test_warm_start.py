@@ -1,5 +1,7 @@
-"""Warm starts on real processes: the next run from one kernel starts in the processes its warm kit made ahead,
-completes as a cold run does, and leaves nothing behind; a kill -9 of its trainer fails it naming the trainer (and
+"""Warm starts on real processes: a selection makes a kit and the kernel's first run starts in it; a start that finds
+the kit still importing waits for it and is warm (the first right after a selection, one right after a stop); the
+next run from one kernel starts in the processes its warm kit made ahead, completes as a cold run does, and leaves
+nothing behind; a kill -9 of its trainer fails it naming the trainer (and
 its supervisor is found without run.json); a kernel whose environment changed starts cold and ends the stale kit;
 a kit ends with its kernel and after its idle timeout. (The rest of the suite starts every run cold:
 tests/conftest.py.)"""
@@ -11,16 +13,24 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from run_helpers import REPO_ROOT, alive_after, finite, run, run_pids, wait_for_status
+from run_helpers import QUICK_TEST_CONFIG, REPO_ROOT, alive_after, finite, run, run_pids, wait_for_status
 
-from hermes_nb.api import rl_check_status, rl_start_training, rl_stop_training
+from hermes_nb.api import (
+    rl_check_status,
+    rl_load_config,
+    rl_select_environment,
+    rl_start_training,
+    rl_stop_training,
+)
 from hermes_nb.protocol.run_state import read_run_state
 from hermes_nb.runs.supervision import warm_start
 from hermes_nb.runs.supervision.damage import live_supervisor
-from hermes_nb.runs.supervision.warm_kit import IDLE_TIMEOUT_VAR, READY_LINE
+from hermes_nb.runs.supervision.warm_kit import IDLE_TIMEOUT_VAR, READY_LINE, STARTED_LINE
 from hermes_nb.system import home
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("quick_env")]
@@ -40,12 +50,31 @@ def warm_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     warm_start.discard()
 
 
-def kit_pids() -> list[int]:
-    """The newest warm kit's pid and its warm processes', from its log's ready line."""
-    lines = (home.logs_dir() / "warm_kit.log").read_text(encoding="utf-8").splitlines()
-    ready = [line for line in lines if line.startswith(READY_LINE)]
-    assert ready, f"no warm kit said it was ready:\n{lines[-10:]}"
+def kit_log_lines() -> list[str]:
+    path = home.logs_dir() / "warm_kit.log"
+    return path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+
+
+def kit_pids(said: str = READY_LINE) -> list[int]:
+    """The newest warm kit's pid and its warm processes', from its log's ready line (or the line it started on)."""
+    lines = kit_log_lines()
+    ready = [line for line in lines if line.startswith(said)]
+    assert ready, f"no warm kit said {said!r}:\n{lines[-10:]}"
     return [int(pid) for pid in re.findall(r"\d+", ready[-1])]
+
+
+def kits_started() -> list[list[int]]:
+    """Each kit this home had, in order: its pid and its warm processes', from the line it started on."""
+    return [[int(pid) for pid in re.findall(r"\d+", line)] for line in kit_log_lines() if line.startswith(STARTED_LINE)]
+
+
+def wait_for_kit_started(before: int) -> list[int]:
+    """The pids of the kit started after the first ``before`` (a thread of the kernel makes it)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while len(kits := kits_started()) <= before:
+        assert time.monotonic() < deadline, f"no warm kit started:\n{kit_log_lines()[-10:]}"
+        time.sleep(0.1)
+    return kits[before]
 
 
 def completed_run(**overrides: object) -> str:
@@ -63,6 +92,55 @@ def run_process_pids(run_id: str) -> set[int]:
 
 def supervisor_log(run_id: str) -> str:
     return home.run_paths(run_id).logs["supervisor"].read_text(encoding="utf-8")
+
+
+def select_in_a_fresh_home(monkeypatch: pytest.MonkeyPatch, home_dir: Path) -> None:
+    """A kernel's selection in a home of its own, whose kit log holds only the kits made from here on."""
+    warm_start.discard()
+    monkeypatch.setenv("HERMES_NB_HOME", str(home_dir))
+    run(rl_select_environment("arithmetic"))
+    run(rl_load_config(QUICK_TEST_CONFIG))
+
+
+def test_a_selection_makes_a_kit_and_the_first_run_starts_in_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    select_in_a_fresh_home(monkeypatch, tmp_path)
+    assert warm_start.wait_until_ready(READY_TIMEOUT_S)
+    kit = kit_pids()
+
+    first = completed_run()
+
+    assert run_process_pids(first) == set(kit)
+    assert supervisor_log(first).count("warm process became") == 3
+
+
+def test_a_first_start_while_the_kit_imports_waits_for_it_and_is_warm(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    select_in_a_fresh_home(monkeypatch, tmp_path)
+    kit = wait_for_kit_started(0)
+
+    first = completed_run()  # at once: its imports take seconds
+
+    assert run_process_pids(first) == set(kit), kit_log_lines()[-10:]
+    assert supervisor_log(first).count("warm process became") == 3
+    assert any("handed a run while" in line for line in kit_log_lines())
+
+
+def test_a_start_right_after_a_stop_waits_for_the_kit_the_stopped_run_left(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    select_in_a_fresh_home(monkeypatch, tmp_path)
+    start = run(rl_start_training(total_steps=500))
+    wait_for_status(start.run_id, lambda s: s.step >= 1 or s.is_terminal, RUN_TIMEOUT_S)
+    kit = wait_for_kit_started(1)  # after the selection's kit (this run's): the one its first step made
+    run(rl_stop_training(start.run_id))
+
+    second = completed_run()  # at once
+
+    assert run_process_pids(second) == set(kit), kit_log_lines()[-10:]
+    assert supervisor_log(second).count("warm process became") == 3
 
 
 def test_the_next_run_starts_in_the_warm_processes_completes_and_leaves_nothing_behind() -> None:

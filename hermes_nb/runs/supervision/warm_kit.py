@@ -3,7 +3,8 @@ processes already started and their imports done (``hermes_nb.system.warm_proces
 
     python -m hermes_nb.runs.supervision.warm_kit --detach FD READY_FD LOG
 
-The kernel makes one after each run it starts has trained its first step (``runs.supervision.warm_start``): it imports
+The kernel makes one when an environment is selected and after each run it starts has trained its first step
+(``runs.supervision.warm_start``): it imports
 the supervisor and starts a warm API, trainer and environment process, writes a byte to
 ``READY_FD`` once all three have imported (the kernel's ``warm_start.wait_until_ready``), and blocks on ``FD``, the
 read end of a pipe the kernel holds. A line there is the hand-over (the next run's id, the kernel's environment and
@@ -11,7 +12,10 @@ working directory at that moment): the kit becomes that run's supervisor (``runs
 processes become the run's, each told its command line (until then their output, and the kit's, goes to ``LOG``).
 The end of the pipe (the kernel ended or closed it) or ``IDLE_TIMEOUT_S`` without a hand-over ends the kit and its
 warm processes. While it waits it uses no CPU. Its processes import at the lowest priority, beside the run that
-is training; a hand-over that comes before one of them has imported starts that process cold instead.
+is training. A hand-over that comes while one of them still imports is waited for, at the default priority again:
+what it has imported is a head start on what a cold process would import, so it is never later (a stop followed at
+once by a start finds its kit importing). Only one that has not imported within ``HAND_OVER_IMPORT_WAIT_S`` starts
+cold instead.
 """
 
 from __future__ import annotations
@@ -34,6 +38,11 @@ KIT_MODULE = "hermes_nb.runs.supervision.warm_kit"
 # run it is more likely forgotten than about to be used.
 IDLE_TIMEOUT_S = 1800.0
 IDLE_TIMEOUT_VAR = "HERMES_NB_WARM_IDLE_S"
+# What the kit's log says once it has started its warm processes, with its pid and theirs, as READY_LINE.
+STARTED_LINE = "warm kit importing, pid"
+# A warm process's imports take at most a cold start's (they began earlier, and are the same); the bound is for one
+# stalled, which then starts cold.
+HAND_OVER_IMPORT_WAIT_S = 120.0
 # What the kit's log says once every warm process has imported, with its pid and its warm processes'
 # ("api 12, trainer 13, env 14").
 READY_LINE = "warm kit ready, pid"
@@ -121,54 +130,85 @@ def _spawn_warm_processes(log_path: Path) -> tuple[dict[str, subprocess.Popen[by
     return warm, ready
 
 
-def _wait_for_kernel(fd: int, ready_fd: int, imports: dict[str, int], ready_line: str) -> tuple[set[str], bool]:
-    """Wait for the kernel's hand-over while the warm processes import (their pipes in ``imports``, by role).
-    Once every one has imported or ended, the kernel is told and the log reads ``ready_line``. The wait ends when
-    ``fd`` has something (a hand-over, or its end), or ``IDLE_TIMEOUT_S`` after the kernel was told. Returns the
-    roles imported, and whether the kernel spoke."""
-    pending = dict(imports)
+def _wait_for_kernel(fd: int, ready_fd: int, importing: dict[str, int], ready_line: str) -> tuple[set[str], bool]:
+    """Wait for the kernel's hand-over while the warm processes import (their pipes in ``importing``, by role, which
+    this empties as they answer). Once every one has imported or ended, the kernel is told and the log reads
+    ``ready_line``. The wait ends when ``fd`` has something (a hand-over, or its end), or ``IDLE_TIMEOUT_S`` after the
+    kernel was told. Returns the roles imported, and whether the kernel spoke."""
     imported: set[str] = set()
     idle_until: float | None = None
     while True:
-        if not pending and idle_until is None:
+        if not importing and idle_until is None:
             print(ready_line, file=sys.stderr, flush=True)
             with contextlib.suppress(OSError):  # the kernel may have stopped listening: it is only told
                 os.write(ready_fd, b"1")
             idle_until = time.monotonic() + _idle_timeout()
         timeout = None if idle_until is None else max(0.0, idle_until - time.monotonic())
-        readable, _, _ = select.select([fd, *pending.values()], [], [], timeout)
+        readable, _, _ = select.select([fd, *importing.values()], [], [], timeout)
         if fd in readable:
             return imported, True
         if not readable:
             return imported, False
-        for role, read_end in list(pending.items()):
-            if read_end in readable:
-                if os.read(read_end, 1) == b"1":  # an end of file instead: it failed, its log says why
-                    imported.add(role)
-                os.close(read_end)
-                del pending[role]
+        imported |= _answered(importing, readable)
+
+
+def _answered(importing: dict[str, int], readable: list[int]) -> set[str]:
+    """Take the warm processes that answered on ``readable`` out of ``importing``; the roles that imported."""
+    imported = set()
+    for role, read_end in list(importing.items()):
+        if read_end in readable:
+            if os.read(read_end, 1) == b"1":  # an end of file instead: it failed, its log says why
+                imported.add(role)
+            os.close(read_end)
+            del importing[role]
+    return imported
+
+
+def _finish_imports(importing: dict[str, int], timeout: float) -> set[str]:
+    """Wait up to ``timeout`` for the warm processes still importing; the roles that imported."""
+    imported: set[str] = set()
+    deadline = time.monotonic() + timeout
+    while importing and time.monotonic() < deadline:
+        readable, _, _ = select.select(list(importing.values()), [], [], max(0.0, deadline - time.monotonic()))
+        imported |= _answered(importing, readable)
+    for read_end in importing.values():
+        os.close(read_end)
+    importing.clear()
+    return imported
+
+
+def _end_unused(warm: dict[str, subprocess.Popen[bytes]], imported: set[str]) -> None:
+    """No run came: the imported processes are released, those still importing (they read nothing until done) ended."""
+    from hermes_nb.system.warm_process import end_now, release
+
+    for role, process in warm.items():
+        (release if role in imported else end_now)(process)
 
 
 def serve(fd: int, ready_fd: int, log_path: Path) -> int:
     from hermes_nb.runs.supervision import supervisor
     from hermes_nb.system.home import run_paths
-    from hermes_nb.system.warm_process import end_now, lower_session_priority, release
+    from hermes_nb.system.warm_process import end_now, lower_session_priority, restore_session_priority
 
     lower_session_priority()  # until the hand-over: this process, and the warm processes it starts
-    warm, imports = _spawn_warm_processes(log_path)
-    pids = ", ".join(f"{role} {process.pid}" for role, process in warm.items())
-    imported, spoke = _wait_for_kernel(fd, ready_fd, imports, f"{READY_LINE} {os.getpid()}: {pids}")
+    warm, importing = _spawn_warm_processes(log_path)
+    pids = f"{os.getpid()}: " + ", ".join(f"{role} {process.pid}" for role, process in warm.items())
+    print(f"{STARTED_LINE} {pids}", file=sys.stderr, flush=True)
+    imported, spoke = _wait_for_kernel(fd, ready_fd, importing, f"{READY_LINE} {pids}")
     os.close(ready_fd)
     line = _read_line(fd) if spoke else b""
     os.close(fd)
     if not line.strip():
-        for process in warm.values():
-            release(process)
+        _end_unused(warm, imported | _finish_imports(importing, 0.0))
         return 0
-    # A process still importing (at the lowest priority, while another run takes the cores) could start this run
-    # later than a cold one: it is ended, and the supervisor starts that process cold.
+    if importing:
+        restore_session_priority()  # the run's processes finish their imports at a cold start's priority
+        print(
+            f"warm kit: handed a run while {', '.join(sorted(importing))} import; waiting", file=sys.stderr, flush=True
+        )
+        imported |= _finish_imports(importing, HAND_OVER_IMPORT_WAIT_S)
     for role in set(warm) - imported:
-        print(f"warm kit: the {role} process had not imported yet; it starts cold", file=sys.stderr, flush=True)
+        print(f"warm kit: the {role} process did not import; it starts cold", file=sys.stderr, flush=True)
         end_now(warm.pop(role))
     hand_over = HandOver.model_validate_json(line)
     os.setsid()  # a session of its own, out of the low-priority one, as a cold supervisor's

@@ -1,13 +1,17 @@
 """Warm starts: the kernel keeps one warm kit (``runs.supervision.warm_kit``) ready, and hands it the next run
 it starts.
 
-Every run a kernel (or script) starts leaves a kit behind it, made by a thread of the kernel once that run has
-trained its first step (nothing of it competes with that start); the next ``rl_start_training`` hands its run to
-the kit instead of starting a supervisor and three cold interpreters. A kit is used only by what would have started
-the same processes cold: the same Python, the same installed code (``install_stamp``), the same environment
-variables and working directory as when it was made; anything else, or a kit that ended meanwhile, means a cold
-start (and a new kit). ``HERMES_NB_WARM_START=0`` turns it off. A kit is gone when its kernel ends (the pipe it
-waits on closes) or after ``warm_kit.IDLE_TIMEOUT_S``.
+A kernel makes its first kit when an environment is selected (``prepare_first``, told by ``selection.listeners``):
+selecting is the step before a first run, taken by every face (a cell, ``%rl_select``, the picker, the config form's
+environment), a few seconds to minutes before ``rl_start_training``; loading the extension would warm kernels that
+only browse runs, and waiting for the config form would miss those who train from cells. Every run a kernel (or
+script) starts then leaves a kit behind it, made by a thread of the kernel once that run has trained its first step
+(nothing of it competes with that start); the next ``rl_start_training`` hands its run to the kit instead of starting
+a supervisor and three cold interpreters, and a kit still importing is handed it too (it finishes its imports first,
+which is sooner than a cold start). A kit is used only by what would have started the same processes cold: the same
+Python, the same installed code (``install_stamp``), the same environment variables and working directory as when it
+was made; anything else, or a kit that ended meanwhile, means a cold start (and a new kit). ``HERMES_NB_WARM_START=0``
+turns it off. A kit is gone when its kernel ends (the pipe it waits on closes) or after ``warm_kit.IDLE_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -96,10 +100,12 @@ class WarmKit:
 
 @dataclass
 class _Pending:
-    """The thread that makes the next kit once the run it follows has trained a step."""
+    """The thread that makes the next kit: once the run it follows has trained a step, or at once (``follows_run``
+    False: a start waits for it, as its kit is on its way)."""
 
     thread: threading.Thread
     cancelled: threading.Event
+    follows_run: bool
 
 
 _kit: WarmKit | None = None
@@ -110,10 +116,8 @@ _lock = threading.Lock()
 
 def hand_over(paths: RunPaths) -> bool:
     """Give the run at ``paths`` to the kernel's warm kit; False where there is none that may serve it."""
-    global _kit, _pending
-    if _pending is not None:
-        _pending.cancelled.set()  # a kit not yet made would follow the run before: this one makes the next
-        _pending = None
+    global _kit
+    _settle_pending()
     with _lock:
         kit, _kit = _kit, None
     if kit is None:
@@ -132,18 +136,48 @@ def hand_over(paths: RunPaths) -> bool:
     return True
 
 
+def _settle_pending() -> None:
+    """Before a start: a kit being made now is waited for (the kit detaches in well under a second); one waiting
+    for a run's first step is cancelled, as this start's run makes the next."""
+    global _pending
+    pending, _pending = _pending, None
+    if pending is None:
+        return
+    if pending.follows_run:
+        pending.cancelled.set()
+    else:
+        pending.thread.join(KIT_DETACH_TIMEOUT_S)
+
+
+def prepare_first() -> None:
+    """Make a kit now, for a first run soon (an environment was selected), unless one is made, on its way or off.
+    A kit made for another environment or install than now's is replaced."""
+    pending = _pending
+    if not enabled() or (pending is not None and pending.thread.is_alive()):
+        return
+    with _lock:
+        kit = _kit
+    if kit is not None and kit.key == KitKey.now():
+        return
+    discard()
+    _start_pending(None)
+
+
 def prepare_next(paths: RunPaths) -> None:
     """Leave a kit ready for the kernel's next run: made by a thread of this process once the run at ``paths`` has
     trained its first step (or ended), so that nothing of it competes with that run's start."""
-    global _pending
     if not enabled():
         return
     discard()
+    _start_pending(paths)
+
+
+def _start_pending(follows: RunPaths | None) -> None:
+    """Start the thread that makes the kit: after the run at ``follows`` trained a step, or at once (None)."""
+    global _pending
     cancelled = threading.Event()
-    thread = threading.Thread(
-        target=_make_kit_after_first_step, args=(paths, cancelled), name="hermes-nb warm kit", daemon=True
-    )
-    _pending = _Pending(thread=thread, cancelled=cancelled)
+    thread = threading.Thread(target=_make_kit, args=(follows, cancelled), name="hermes-nb warm kit", daemon=True)
+    _pending = _Pending(thread=thread, cancelled=cancelled, follows_run=follows is not None)
     thread.start()
 
 
@@ -163,9 +197,9 @@ def _first_step_or_end(paths: RunPaths, cancelled: threading.Event) -> bool:
     return False
 
 
-def _make_kit_after_first_step(paths: RunPaths, cancelled: threading.Event) -> None:
+def _make_kit(follows: RunPaths | None, cancelled: threading.Event) -> None:
     global _kit
-    if not _first_step_or_end(paths, cancelled):
+    if follows is not None and not _first_step_or_end(follows, cancelled):
         return
     with _lock:
         if cancelled.is_set():
