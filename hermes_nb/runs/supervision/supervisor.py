@@ -26,9 +26,11 @@ from hermes_nb.frameworks import registry
 from hermes_nb.frameworks.contract import ChildCommand, ServeRequest
 from hermes_nb.inference.health import health_or_none
 from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV
+from hermes_nb.protocol.health import Finding, read_findings
 from hermes_nb.protocol.run_files import PROCESS_NAMES, RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
 from hermes_nb.runs.supervision import graces
+from hermes_nb.runs.supervision.cost_meter import CostMeter
 from hermes_nb.runs.supervision.outcomes import Launched, LaunchFailed, LaunchOutcome, StopRequested
 from hermes_nb.runs.supervision.ports import PORT_BINDERS, pick_ports, with_ports
 from hermes_nb.runs.supervision.state_file import write_run_state
@@ -90,6 +92,8 @@ class Supervisor:
     # Processes started ahead with their imports done (``runs.supervision.warm_kit``), by the name of the process
     # each can become; each is used once, for the first launch of its name whose command it can run, or released.
     warm: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    # CPU and memory of each process, sampled each second of the watch (``cost.json``).
+    meter: CostMeter = field(default_factory=CostMeter, repr=False)
 
     def __post_init__(self) -> None:
         self.api_form = api_form(self.config, self.secret, self.paths.logs["supervisor"])
@@ -351,12 +355,32 @@ class Supervisor:
                 return
             if time.monotonic() - last_sweep > 1.0:
                 self.remember_descendants()
+                self.measure()
                 lost = self.api_form.lost(self.api_probe())
                 if lost is not None:
                     self.fail(lost)
                     return
+                if (finding := self.health_stop()) is not None:
+                    log.warning("stopping: health.stop_on names %s: %s", finding.name, finding.text())
+                    self.state = self.state.model_copy(update={"stopped_by": finding.text()})
+                    self.stop()
+                    return
                 last_sweep = time.monotonic()
             time.sleep(MONITOR_SECONDS)
+
+    def measure(self) -> None:
+        self.meter.sample({name: child.record for name, child in self.children.items()})
+        self.meter.write_soon(self.paths, self.state, self.group_size())
+
+    def group_size(self) -> int:
+        return int(self.config.env_value("group_size"))
+
+    def health_stop(self) -> Finding | None:
+        """The first finding of a check that ``health.stop_on`` names, if one began."""
+        wanted = set(self.config.health.stop_on)
+        if not wanted:
+            return None
+        return next((f for f in read_findings(self.paths.health) if f.name in wanted), None)
 
     def dead_unexpectedly(self) -> str | None:
         for name, child in self.children.items():
@@ -469,6 +493,7 @@ class Supervisor:
         finally:
             self.release_warm()
             self.close_api()
+            self.meter.write(self.paths, self.state, self.group_size(), final=self.state.is_terminal)
 
     def close_api(self) -> None:
         if self.api is not None:
