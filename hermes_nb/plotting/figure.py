@@ -79,10 +79,12 @@ class PanelLines:
     raw: Line2D
     smooth: Line2D
     thin: Line2D
+    # A dotted vertical line at each step where a health finding began (``hermes_nb.health``).
+    marks: Line2D
 
     @property
     def artists(self) -> list[Artist]:
-        return [self.band, self.raw, self.smooth, self.thin]
+        return [self.band, self.raw, self.smooth, self.thin, self.marks]
 
 
 class MetricsFigure:
@@ -163,9 +165,11 @@ class MetricsFigure:
             # The marker goes on the line drawn at full strength: the smoothed one when there is one.
             smooth = ax.plot([], [], color=color, lw=1.5, animated=True, **LATEST_POINT_MARKER)[0]
             thin = ax.plot([], [], color=color, lw=THIN_LINE_WIDTH, animated=True)[0]
+            # x in steps, y in the panel's height (0 to 1): a mark spans the panel whatever its value axis.
+            marks = ax.plot([], [], color=color, lw=1.0, ls=":", animated=True, transform=ax.get_xaxis_transform())[0]
             if index == 0:  # the legend names one line per run: the one drawn at full strength
                 (smooth if smoothed else raw).set_label(label)
-            made.append(PanelLines(band=band, raw=raw, smooth=smooth, thin=thin))
+            made.append(PanelLines(band=band, raw=raw, smooth=smooth, thin=thin, marks=marks))
         return made
 
     def update(self, series: Mapping[str, RunSeries], *, final: bool = False) -> None:
@@ -193,6 +197,14 @@ class MetricsFigure:
             return
         for index in range(PANEL_COUNT):
             self._fit_panel(index, series, float(max(last_steps)), final)
+
+    def mark(self, label: str, steps: Sequence[int]) -> None:
+        """Mark the steps where run ``label``'s health findings began, in every panel."""
+        xs = np.repeat(np.asarray(steps, dtype=float), 3)  # (3N,): each step twice, then a gap
+        ys = np.tile([0.0, 1.0, np.nan], len(steps))  # (3N,): bottom to top of the panel, then a gap
+        xs[2::3] = np.nan
+        for lines in self.lines[label]:
+            lines.marks.set_data(xs, ys)
 
     def _show(self, index: int, panel: Panel) -> None:
         """Draw ``panel`` in panel ``index`` from now on: a new title (the fixed layer again) and new limits."""

@@ -44,6 +44,7 @@ class MetricsPlot:
         self.png = b""
         self.frames = 0
         self.final = False  # every run had ended before the last read: the step axis ends at the last step
+        self.marked: dict[str, list[int]] = {}  # the steps of each run's health findings, as marked
 
     def all_finished(self) -> bool:
         return all(source.finished() for source in self.sources)
@@ -56,6 +57,7 @@ class MetricsPlot:
             self.final = self.final or final
             for source in self.sources:
                 changed |= self.series[source.label].add_rows(source.poll())
+                changed |= self._mark(source)
             if not changed and self.png:
                 return False
             self.figure.update(self.series, final=self.final)
@@ -63,11 +65,21 @@ class MetricsPlot:
             self.frames += 1
             return True
 
+    def _mark(self, source: MetricsSource) -> bool:
+        """Mark where the run's health findings began; True when that changed."""
+        steps = source.health_steps()
+        if steps == self.marked.get(source.label, []):
+            return False
+        self.marked[source.label] = steps
+        self.figure.mark(source.label, steps)
+        return True
+
     def set_panels(self, panels: Sequence[str]) -> None:
         """Draw these four panels from now on (the series hold every panel's keys: nothing is read again)."""
         with self._lock:
             self.figure = MetricsFigure(list(self.series), self.smoothing, panels)  # a bad name: refused here
             self.png = b""
+            self.marked = {}  # the new figure has no marks yet
             self.refresh(final=self.final)
 
     def latest_step(self) -> int | None:

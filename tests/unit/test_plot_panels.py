@@ -27,8 +27,9 @@ from hermes_nb.plotting import (
 from hermes_nb.plotting.figure import BAND_ALPHA
 from hermes_nb.plotting.series import RunSeries
 from hermes_nb.protocol import metrics as keys
+from hermes_nb.protocol.health import Finding, append_finding
 from hermes_nb.protocol.metrics import MetricsRow
-from hermes_nb.protocol.run_files import ENV_METRICS_FILE, TRAINER_METRICS_FILE
+from hermes_nb.protocol.run_files import ENV_METRICS_FILE, HEALTH_FILE, TRAINER_METRICS_FILE
 from hermes_nb.system import home
 
 RUN = "20260101-000000-aaaaaaaaaa"
@@ -186,6 +187,19 @@ def test_a_finished_runs_step_axis_ends_at_its_last_step() -> None:
     live.refresh(final=live.all_finished())
 
     assert live.figure.figure.axes[0].get_xlim() == (0.0, 120.0)
+
+
+def test_the_plot_marks_the_step_where_each_health_finding_began_in_every_panel() -> None:
+    run_with(RUN)
+    finding = Finding(name="clip_high", severity="warning", step=3, time=0.0, message="m", hint="h")
+    append_finding(home.run_dir(RUN) / HEALTH_FILE, finding)
+
+    plot = drawn_plot([RUN])
+
+    for lines in plot.figure.lines[RUN]:
+        xs, ys = lines.marks.get_data()
+        assert list(xs[:2]) == [3.0, 3.0] and list(ys[:2]) == [0.0, 1.0]
+    assert not plot.refresh()  # the same findings: nothing to draw again
 
 
 def test_the_reward_band_is_drawn_faintly_in_the_runs_colour() -> None:
