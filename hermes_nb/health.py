@@ -14,6 +14,7 @@ run with a learning rate 1,000x the quickstart's crosses the entropy or non-fini
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import time
@@ -23,6 +24,8 @@ from pathlib import Path
 
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.health import Finding, HealthSource, Severity, append_finding
+
+logger = logging.getLogger(__name__)
 
 # Rows kept per watch: the baselines need the first few, the windows the newest few.
 BASELINE_ROWS = 5
@@ -340,7 +343,10 @@ class HealthWatch:
                 name=check.name, severity=check.severity, step=step, time=time.time(), figures=figures,
                 message=check.summary, hint=check.hint,
             )  # fmt: skip
-            append_finding(self.path, finding)
             self.found.add(check.name)
+            try:
+                append_finding(self.path, finding)
+            except OSError as exc:  # a full disk: the metrics row says so already; training must go on
+                logger.warning("health finding %s not recorded in %s: %s", check.name, self.path, exc)
             new.append(finding)
         return new

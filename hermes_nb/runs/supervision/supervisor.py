@@ -9,6 +9,7 @@ stop the run gracefully (the trainer saves a final checkpoint first).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import subprocess
@@ -370,7 +371,8 @@ class Supervisor:
 
     def measure(self) -> None:
         self.meter.sample({name: child.record for name, child in self.children.items()})
-        self.meter.write_soon(self.paths, self.state, self.group_size())
+        with contextlib.suppress(OSError):  # a full disk: the record waits, the run goes on
+            self.meter.write_soon(self.paths, self.state, self.group_size())
 
     def group_size(self) -> int:
         return int(self.config.env_value("group_size"))
@@ -493,7 +495,14 @@ class Supervisor:
         finally:
             self.release_warm()
             self.close_api()
+            self.record_cost()
+
+    def record_cost(self) -> None:
+        """The final ``cost.json``; a disk too full for it loses the record, not the run's ending."""
+        try:
             self.meter.write(self.paths, self.state, self.group_size(), final=self.state.is_terminal)
+        except OSError as exc:
+            log.warning("cost.json not written: %s", exc)
 
     def close_api(self) -> None:
         if self.api is not None:
