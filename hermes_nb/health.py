@@ -85,12 +85,15 @@ def _non_finite(history: History, check: HealthCheck) -> Values | None:
     return {f"non_finite:{key}": 1.0 for key, value in newest.items() if not math.isfinite(value)} or None
 
 
-def _below_baseline(key: str) -> Callable[[History, HealthCheck], Values | None]:
+def _away_from_start(key: str, *, below: bool) -> Callable[[History, HealthCheck], Values | None]:
+    """``key`` below (or above) ``threshold`` times its start (``History.baseline``) in each of the newest rows."""
+
     def test(history: History, check: HealthCheck) -> Values | None:
         base, window = history.baseline(key), history.newest(key, check.rows)
         if base is None or base <= 0 or window is None or len(history.recent) <= check.rows:
             return None
-        if all(v < check.threshold * base for v in window):
+        bound = check.threshold * base
+        if all(v < bound if below else v > bound for v in window):
             return {key: window[-1], "baseline": base}
         return None
 
@@ -113,18 +116,6 @@ def _fell_suddenly(key: str) -> Callable[[History, HealthCheck], Values | None]:
             return None
         if all(v < check.threshold * max(before) for v in window):
             return {key: window[-1], "before": max(before)}
-        return None
-
-    return test
-
-
-def _above_baseline(key: str) -> Callable[[History, HealthCheck], Values | None]:
-    def test(history: History, check: HealthCheck) -> Values | None:
-        base, window = history.baseline(key), history.newest(key, check.rows)
-        if base is None or base <= 0 or window is None or len(history.recent) <= check.rows:
-            return None
-        if all(v > check.threshold * base for v in window):
-            return {key: window[-1], "baseline": base}
         return None
 
     return test
@@ -256,7 +247,7 @@ HEALTH_CHECKS: dict[str, HealthCheck] = {
             summary="completions became under a fifth of their first steps' length",
             reason="a policy that stops answering collapses to its shortest output",
             hint="lower trainer.learning_rate",
-            test=_below_baseline(keys.TRAIN_COMPLETION_LENGTH),
+            test=_away_from_start(keys.TRAIN_COMPLETION_LENGTH, below=True),
         ),
         HealthCheck(
             name="length_explosion",
@@ -267,7 +258,7 @@ HEALTH_CHECKS: dict[str, HealthCheck] = {
             summary="completions became over five times their first steps' length",
             reason="a policy that rambles fills its length limit and the sampler's time",
             hint="lower trainer.learning_rate, or penalise length in the reward",
-            test=_above_baseline(keys.TRAIN_COMPLETION_LENGTH),
+            test=_away_from_start(keys.TRAIN_COMPLETION_LENGTH, below=False),
         ),
         HealthCheck(
             name="over_optimisation",
@@ -290,7 +281,7 @@ HEALTH_CHECKS: dict[str, HealthCheck] = {
             reason="a healthy quickstart's steps vary 30-fold on a shared machine (1,000 to 38,000 tokens/s), one "
             "step at a time: ten in a row under a tenth is more than load",
             hint="see the processes' CPU in the cost record, and completion lengths",
-            test=_below_baseline(keys.TRAIN_TOKENS_PER_SECOND),
+            test=_away_from_start(keys.TRAIN_TOKENS_PER_SECOND, below=True),
         ),
     )
 }
