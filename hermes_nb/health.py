@@ -43,11 +43,15 @@ class History:
     recent: list[Values] = field(default_factory=list)
     # Held-out accuracy by the step it was measured, and the reward mean of the rows up to it.
     evals: list[tuple[float, float]] = field(default_factory=list)
+    # When each of the recent rows was written, and when the checks last looked.
+    times: list[float] = field(default_factory=list)
+    now: float = 0.0
 
-    def add(self, values: Values) -> None:
+    def add(self, values: Values, at: float) -> None:
         if len(self.first) < BASELINE_ROWS:
             self.first.append(values)
         self.recent = [*self.recent[-(KEPT_ROWS - 1) :], values]
+        self.times = [*self.times[-(KEPT_ROWS - 1) :], at]
 
     def baseline(self, key: str) -> float | None:
         """The largest finite ``key`` of the first rows: a collapse lowers the rows after the first within a step
@@ -164,6 +168,23 @@ def _over_optimisation(history: History, check: HealthCheck) -> Values | None:
     if best - newest >= check.threshold and reward_now - reward_at_best >= REWARD_RISE:
         return {keys.EVAL_PERCENT_CORRECT: newest, "best_eval": best, keys.ENV_REWARD_MEAN: reward_now}
     return None
+
+
+# A stall is called no sooner than this: an evaluation, a checkpoint or a busy machine can hold a fast run's step
+# for tens of seconds.
+MIN_STALL_S = 60.0
+
+
+def _stall(history: History, check: HealthCheck) -> Values | None:
+    """No row for ``threshold`` times the median time between the recent rows (and ``MIN_STALL_S``)."""
+    if len(history.times) < 3:
+        return None
+    gaps = [later - earlier for earlier, later in zip(history.times, history.times[1:], strict=False)]
+    median = statistics.median(gaps)
+    waited = history.now - history.times[-1]
+    if waited < max(check.threshold * median, MIN_STALL_S):
+        return None
+    return {"seconds_since_step": waited, "median_step_seconds": median}
 
 
 HEALTH_CHECKS: dict[str, HealthCheck] = {
@@ -283,6 +304,18 @@ HEALTH_CHECKS: dict[str, HealthCheck] = {
             hint="see the processes' CPU in the cost record, and completion lengths",
             test=_away_from_start(keys.TRAIN_TOKENS_PER_SECOND, below=True),
         ),
+        HealthCheck(
+            name="stall",
+            source="supervisor",
+            severity="error",
+            threshold=20.0,
+            rows=1,
+            summary="no step for 20 times the median step time (and at least a minute)",
+            reason="a quickstart step takes 0.1-0.5 s and its longest pauses (evaluations, checkpoints) a few "
+            "seconds; a run at 1,000x its learning rate took no step after its fourth, for minutes",
+            hint="see no_signal, and the trainer and env logs",
+            test=_stall,
+        ),
     )
 }
 
@@ -300,10 +333,14 @@ class HealthWatch:
         self.history = History()
         self.found: set[str] = set()
 
-    def observe(self, step: int, values: Values) -> list[Finding]:
-        """Add a logged row and write the findings it begins."""
-        self.history.add(values)
+    def observe(self, step: int, values: Values, at: float | None = None) -> list[Finding]:
+        """Add a row logged at ``at`` (now by default) and write the findings it begins."""
+        self.history.add(values, time.time() if at is None else at)
         self._note_eval(values)
+        return self._evaluate(step)
+
+    def tick(self, step: int) -> list[Finding]:
+        """Evaluate with no new row: what the clock alone can tell (a stall)."""
         return self._evaluate(step)
 
     def peek(self, step: int, values: Values) -> list[Finding]:
@@ -323,6 +360,7 @@ class HealthWatch:
             self.history.evals.append((values[keys.EVAL_PERCENT_CORRECT], reward))
 
     def _evaluate(self, step: int) -> list[Finding]:
+        self.history.now = time.time()
         new = []
         for check in self.checks:
             if check.name in self.found:

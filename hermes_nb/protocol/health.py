@@ -14,8 +14,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 Severity = Literal["warning", "error"]
-# Which metrics file a check reads: the trainer's metrics.jsonl or the environment's env_metrics.jsonl.
-HealthSource = Literal["trainer", "env"]
+# Who evaluates a check: the trainer (its metrics.jsonl rows), the environment (its env_metrics.jsonl rows), or the
+# supervisor (the trainer's rows against the clock: a stalled trainer writes no row to be evaluated at).
+HealthSource = Literal["trainer", "env", "supervisor"]
 
 
 class Finding(BaseModel):

@@ -4,6 +4,7 @@ findings reach ``health.jsonl`` once, from the metrics logger, and every reader 
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,21 @@ def test_the_cost_record_keeps_an_estimate_beside_the_actual_figures(tmp_path: P
     assert cost is not None and cost.estimate is not None
     assert (cost.actual.wall_seconds["train"], cost.estimate.wall_seconds["train"]) == (60.0, 90.0)
     assert cost.actual.cpu_seconds == 50.0
+
+
+def test_no_step_for_many_times_the_median_step_is_a_stall(tmp_path: Path) -> None:
+    watch = HealthWatch(tmp_path / "health.jsonl", "supervisor")
+    now = time.time()
+    found = [f for step, at in enumerate((now - 100, now - 99.5, now - 99), start=1)
+             for f in watch.observe(step, trainer_row(0.7), at=at)]  # fmt: skip
+    [finding] = found + watch.tick(3)
+    assert (finding.name, finding.step) == ("stall", 3)
+    assert finding.figures["seconds_since_step"] >= 99
+
+
+def test_steps_that_keep_coming_are_not_a_stall(tmp_path: Path) -> None:
+    watch = HealthWatch(tmp_path / "health.jsonl", "supervisor")
+    now = time.time()
+    found = [f for step, at in enumerate((now - 3, now - 2, now - 1), start=1)
+             for f in watch.observe(step, trainer_row(0.7), at=at)]  # fmt: skip
+    assert found + watch.tick(3) == []

@@ -25,7 +25,9 @@ import psutil
 from hermes_nb.config import RunConfig
 from hermes_nb.frameworks import registry
 from hermes_nb.frameworks.contract import ChildCommand, ServeRequest
+from hermes_nb.health import HealthWatch
 from hermes_nb.inference.health import health_or_none
+from hermes_nb.metrics.reader import read_metrics
 from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV
 from hermes_nb.protocol.health import Finding, read_findings
 from hermes_nb.protocol.run_files import PROCESS_NAMES, RunPaths
@@ -95,9 +97,14 @@ class Supervisor:
     warm: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     # CPU and memory of each process, sampled each second of the watch (``cost.json``).
     meter: CostMeter = field(default_factory=CostMeter, repr=False)
+    # The checks only the clock can answer (a stall), over the trainer's rows read as they come (``health.py``).
+    health: HealthWatch = field(init=False, repr=False)
+    metrics_offset: int = field(default=0, repr=False)
+    health_step: int = field(default=0, repr=False)  # the newest step those rows reached
 
     def __post_init__(self) -> None:
         self.api_form = api_form(self.config, self.secret, self.paths.logs["supervisor"])
+        self.health = HealthWatch(self.paths.health, "supervisor")
 
     # ---- state -------------------------------------------------------------------------------------------
     def save(self) -> None:
@@ -357,6 +364,7 @@ class Supervisor:
             if time.monotonic() - last_sweep > 1.0:
                 self.remember_descendants()
                 self.measure()
+                self.check_health()
                 lost = self.api_form.lost(self.api_probe())
                 if lost is not None:
                     self.fail(lost)
@@ -376,6 +384,14 @@ class Supervisor:
 
     def group_size(self) -> int:
         return int(self.config.env_value("group_size"))
+
+    def check_health(self) -> None:
+        """Show the supervisor's checks the trainer's new rows, then the clock."""
+        rows, self.metrics_offset = read_metrics(self.paths.metrics, self.metrics_offset)
+        for row in rows:
+            self.health.observe(row.step, row.values, at=row.time)
+            self.health_step = row.step
+        self.health.tick(self.health_step)
 
     def health_stop(self) -> Finding | None:
         """The first finding of a check that ``health.stop_on`` names, if one began."""
