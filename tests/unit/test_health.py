@@ -19,6 +19,8 @@ from hermes_nb.protocol.health import CostFigures, ProcessCost, RunCost, read_co
 # Measured (docs/health.md): the entropy of a quickstart run's first steps, and of a run at 1,000x its learning rate.
 HEALTHY_ENTROPY = [0.728, 0.686, 0.682, 0.732, 0.618, 0.65, 0.59, 0.70, 0.61, 0.66]
 COLLAPSING_ENTROPY = [0.728, 0.272, 0.244, 0.0]
+# Another run at 1,000x: the entropy went back up for a step before it collapsed.
+COLLAPSING_UNEVENLY = [0.728, 0.232, 0.535, 0.007]
 
 
 def trainer_row(entropy: float, **more: float) -> dict[str, float]:
@@ -41,12 +43,13 @@ def test_a_healthy_quickstarts_rows_show_no_finding(tmp_path: Path) -> None:
     assert read_findings(tmp_path / "health.jsonl") == []
 
 
-def test_entropy_collapsing_within_steps_is_found_at_the_step_it_began(tmp_path: Path) -> None:
+@pytest.mark.parametrize("entropy", [COLLAPSING_ENTROPY, COLLAPSING_UNEVENLY])
+def test_entropy_collapsing_within_steps_is_found_at_the_step_it_began(tmp_path: Path, entropy: list[float]) -> None:
     watch = HealthWatch(tmp_path / "health.jsonl", "trainer")
-    assert feed(watch, [trainer_row(e) for e in COLLAPSING_ENTROPY]) == ["entropy_collapse"]
+    assert feed(watch, [trainer_row(e) for e in entropy]) == ["entropy_collapse"]
     [finding] = read_findings(tmp_path / "health.jsonl")
-    assert (finding.name, finding.severity, finding.step) == ("entropy_collapse", "error", 3)
-    assert finding.figures[keys.TRAIN_ENTROPY] == pytest.approx(0.244)
+    assert (finding.name, finding.severity, finding.step) == ("entropy_collapse", "error", 4)
+    assert finding.figures[keys.TRAIN_ENTROPY] == pytest.approx(entropy[-1])
 
 
 def test_a_finding_is_written_once_however_long_it_lasts(tmp_path: Path) -> None:
