@@ -3,7 +3,7 @@ stopped when ``health.stop_on`` asks; the quickstart of the same length shows no
 a run whose every group scores alike is told so before its first step.
 
 The thresholds were sized from measured runs (docs/health.md): healthy quickstarts of 120 and 300 steps (seeds 0
-and 1) show no finding; the 1,000x run crossed the entropy check at its third step.
+and 1) show no finding; two 1,000x runs crossed the entropy check at their fourth step, their last before a stall.
 """
 
 from __future__ import annotations
