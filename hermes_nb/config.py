@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hermes_nb.errors import ConfigError
+from hermes_nb.health import HEALTH_CHECKS
 from hermes_nb.objectives import CISPO, OBJECTIVES, objective_names
 from hermes_nb.system.devices import DTypeName, device_syntax_problem
 from hermes_nb.system.home import embedded_base_model_dir, embedded_chat_model_dir
@@ -407,6 +408,26 @@ class WandbConfig(BaseModel):
     entity: str | None = Field(default=None, description="W&B entity (locked: follows the API key).")
 
 
+class HealthConfig(BaseModel):
+    """What the run's health findings (``hermes_nb.health``) do besides being shown."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    stop_on: list[str] = Field(
+        default_factory=list,
+        description="Health checks whose finding stops the run (gracefully, with a checkpoint): "
+        + ", ".join(HEALTH_CHECKS),
+    )
+
+    @field_validator("stop_on")
+    @classmethod
+    def _known_checks(cls, names: list[str]) -> list[str]:
+        unknown = [name for name in names if name not in HEALTH_CHECKS]
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: not a health check; one of {', '.join(HEALTH_CHECKS)}")
+        return names
+
+
 class InfraConfig(BaseModel):
     """Decided by the run system when a run starts; every field is locked."""
 
@@ -474,6 +495,7 @@ class RunConfig(BaseModel):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
     tinker: TinkerConfig = Field(default_factory=TinkerConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
     infra: InfraConfig = Field(default_factory=InfraConfig)
 
     def env_value(self, name: str) -> Any:

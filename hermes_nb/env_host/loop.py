@@ -32,8 +32,9 @@ from hermes_nb.env_host.registration import RunProgress, registration_for, take_
 from hermes_nb.env_host.step_metrics import StepMetrics
 from hermes_nb.env_host.trajectory_link import TrajectoryAPIError, TrajectoryLink
 from hermes_nb.env_host.workers import Workers
+from hermes_nb.health import HealthWatch
 from hermes_nb.metrics.logger import MetricsLogger, WandbRunSettings, resolve_wandb_mode
-from hermes_nb.protocol.run_files import ENV_METRICS_FILE
+from hermes_nb.protocol.run_files import ENV_METRICS_FILE, HEALTH_FILE
 from hermes_nb.protocol.trajectory import RegisterEnvResponse
 
 logger = logging.getLogger(__name__)
@@ -123,7 +124,8 @@ def env_metrics_logger(env: BaseEnv, run_config: RunConfig) -> MetricsLogger | N
         config={"env": env.config.model_dump(mode="json")},
         role="env",
     )
-    return MetricsLogger(Path(run_dir) / ENV_METRICS_FILE, wandb=settings)
+    health = HealthWatch(Path(run_dir) / HEALTH_FILE, "env")
+    return MetricsLogger(Path(run_dir) / ENV_METRICS_FILE, wandb=settings, health=health)
 
 
 @contextlib.contextmanager

@@ -15,6 +15,9 @@ logger = logging.getLogger(__name__)
 
 # Fault rows (env/failed_groups, env/timeouts) go out at once, but no more often than this.
 FAULT_ROW_S = 1.0
+# The health checks see the groups counted so far at most this often between rows: a run whose every group is
+# dropped takes no step, so without a look between steps it would never be told (``hermes_nb.health``).
+HEALTH_PEEK_S = 1.0
 
 
 class StepMetrics:
@@ -25,6 +28,7 @@ class StepMetrics:
         self.metrics = metrics
         self.stats = GroupStats()
         self.last_fault_row = 0.0
+        self.last_peek = 0.0
 
     def log(self, step: int, values: dict[str, float]) -> None:
         logger.info("step %d: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in sorted(values.items())))
@@ -50,6 +54,14 @@ class StepMetrics:
         if now - self.last_fault_row >= FAULT_ROW_S:
             self.last_fault_row = now
             self.log(step, self.stats.take_faults())
+
+    def peek_soon(self, step: int) -> None:
+        """Show the health checks the groups counted since the last row, unless they saw them under
+        ``HEALTH_PEEK_S`` ago."""
+        now = time.monotonic()
+        if self.metrics is not None and now - self.last_peek >= HEALTH_PEEK_S:
+            self.last_peek = now
+            self.metrics.peek(step, self.stats.row())
 
     def write_faults_now(self, step: int) -> None:
         """The fault counts straight to the file, without the log: from the watchdog's thread, as the process

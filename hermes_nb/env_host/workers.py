@@ -89,6 +89,7 @@ class Workers:
             self.metrics.stats.record_scored(group.scores, group.verdicts())
         if group is None or not self.worth_sending(group):
             self.metrics.stats.record_skipped(time.monotonic() - started)
+            self.metrics.peek_soon(self.progress.step)
             return
         await self.link.post_group(group)
         self.groups_posted += 1
@@ -96,6 +97,7 @@ class Workers:
         if self.progress.queue_room is not None:
             self.progress.queue_room = max(0, self.progress.queue_room - group.group_size)
         self.metrics.stats.record_posted(group, time.monotonic() - started)
+        self.metrics.peek_soon(self.progress.step)
 
     def checked(self, result: ScoredDataGroup | dict[str, Any] | None) -> ScoredDataGroup | None:
         """The environment's group, validated (``None``: it skipped the item); ``faults.MalformedGroup`` when the

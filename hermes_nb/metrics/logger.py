@@ -27,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from hermes_nb.health import HealthWatch
 from hermes_nb.metrics import wandb_mirror
 from hermes_nb.metrics.reader import read_all_metrics, read_metrics
 from hermes_nb.metrics.wandb_settings import (
@@ -62,8 +63,12 @@ _STOP = object()
 class MetricsLogger:
     """Append rows to ``jsonl_path`` (flushed at once) and mirror them to W&B when ``wandb`` is given."""
 
-    def __init__(self, jsonl_path: str | Path, *, wandb: WandbRunSettings | None = None) -> None:
+    def __init__(
+        self, jsonl_path: str | Path, *, wandb: WandbRunSettings | None = None, health: HealthWatch | None = None
+    ) -> None:
         self.jsonl_path = Path(jsonl_path)
+        # The run's health checks of this file, evaluated on each row as written (``hermes_nb.health``).
+        self.health = health
         self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
         self._file = RecordFile(self.jsonl_path)
         self._lock = threading.Lock()
@@ -81,7 +86,14 @@ class MetricsLogger:
             self._file.append(row.to_json_line().encode("utf-8"))
         if self._sink is not None:
             self._sink.submit(row)
+        if self.health is not None:
+            self.health.observe(row.step, _numbers(values))
         return row
+
+    def peek(self, step: int, values: dict[str, float]) -> None:
+        """Let the health checks see figures still being counted, without writing a row."""
+        if self.health is not None:
+            self.health.peek(step, _numbers(values))
 
     def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
         """Close the file and let W&B flush for up to ``timeout`` seconds. Safe to call twice."""
@@ -101,6 +113,15 @@ class MetricsLogger:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _numbers(values: dict[str, Any]) -> dict[str, float]:
+    """The values that are numbers, non-finite ones kept (the health checks look for them)."""
+    found = {}
+    for key, value in values.items():
+        with contextlib.suppress(TypeError, ValueError):
+            found[key] = float(value)
+    return found
 
 
 def _is_finite(value: Any) -> bool:

@@ -79,10 +79,12 @@ class PanelLines:
     raw: Line2D
     smooth: Line2D
     thin: Line2D
+    # A dotted vertical line at each step where a health finding began (``hermes_nb.health``).
+    marks: Line2D
 
     @property
     def artists(self) -> list[Artist]:
-        return [self.band, self.raw, self.smooth, self.thin]
+        return [self.band, self.raw, self.smooth, self.thin, self.marks]
 
 
 class MetricsFigure:
@@ -163,13 +165,16 @@ class MetricsFigure:
             # The marker goes on the line drawn at full strength: the smoothed one when there is one.
             smooth = ax.plot([], [], color=color, lw=1.5, animated=True, **LATEST_POINT_MARKER)[0]
             thin = ax.plot([], [], color=color, lw=THIN_LINE_WIDTH, animated=True)[0]
+            # x in steps, y in the panel's height (0 to 1): a mark spans the panel whatever its value axis.
+            marks = ax.plot([], [], color=color, lw=1.0, ls=":", animated=True, transform=ax.get_xaxis_transform())[0]
             if index == 0:  # the legend names one line per run: the one drawn at full strength
                 (smooth if smoothed else raw).set_label(label)
-            made.append(PanelLines(band=band, raw=raw, smooth=smooth, thin=thin))
+            made.append(PanelLines(band=band, raw=raw, smooth=smooth, thin=thin, marks=marks))
         return made
 
-    def update(self, series: Mapping[str, RunSeries]) -> None:
-        """Point every line at the current data; widen an axis only when the data leaves its limits."""
+    def update(self, series: Mapping[str, RunSeries], *, final: bool = False) -> None:
+        """Point every line at the current data; widen an axis only when the data leaves its limits. ``final``:
+        every run has ended, so the step axis ends at the last step (no room left for steps to come)."""
         for index, panel in enumerate(self.panels):
             self._show(index, _panel_with_data(panel, series))
         for label, run in series.items():
@@ -191,7 +196,15 @@ class MetricsFigure:
         if not last_steps:
             return
         for index in range(PANEL_COUNT):
-            self._fit_panel(index, series, float(max(last_steps)))
+            self._fit_panel(index, series, float(max(last_steps)), final)
+
+    def mark(self, label: str, steps: Sequence[int]) -> None:
+        """Mark the steps where run ``label``'s health findings began, in every panel."""
+        xs = np.repeat(np.asarray(steps, dtype=float), 3)  # (3N,): each step twice, then a gap
+        ys = np.tile([0.0, 1.0, np.nan], len(steps))  # (3N,): bottom to top of the panel, then a gap
+        xs[2::3] = np.nan
+        for lines in self.lines[label]:
+            lines.marks.set_data(xs, ys)
 
     def _show(self, index: int, panel: Panel) -> None:
         """Draw ``panel`` in panel ``index`` from now on: a new title (the fixed layer again) and new limits."""
@@ -211,7 +224,7 @@ class MetricsFigure:
         lines.thin.set_data(*decimate(thin_steps, thin_values, DECIMATE_BINS))
         lines.band.set_verts([_band_polygon(run, panel)])
 
-    def _fit_panel(self, index: int, series: Mapping[str, RunSeries], last_step: float) -> None:
+    def _fit_panel(self, index: int, series: Mapping[str, RunSeries], last_step: float, final: bool) -> None:
         """The shared step axis, and a value axis that holds what the panel draws. A panel without data keeps up
         with the step axis on a placeholder value range, fitted afresh to its first data."""
         current = self._limits[index]
@@ -227,6 +240,8 @@ class MetricsFigure:
             if self._unfitted[index]:
                 new = Limits(x=new.x, y=grow(None, data).y)
                 self._unfitted[index] = False
+        if final:
+            new = Limits(x=(0.0, max(last_step, 1.0)), y=new.y)
         if new == current:
             return
         self._limits[index] = new
@@ -267,13 +282,24 @@ def _chain_keys(panel: Panel) -> list[str]:
 
 
 def _band_bounds(run: RunSeries, panel: Panel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(steps_N, low_N, high_N)``: ``key`` -+ ``band_key`` at the steps that have both."""
+    """``(steps_N, low_N, high_N)``: ``key`` -+ ``band_key`` at the steps that have both, within the values the
+    run's data can take (a 0/1 reward's mean +- its std would reach below 0 and above 1)."""
     if panel.band_key is None:
         return np.empty(0), np.empty(0), np.empty(0)
     steps, centre = run.arrays(panel.key)
     band_steps, spread = run.arrays(panel.band_key)
     common, at_centre, at_spread = np.intersect1d(steps, band_steps, assume_unique=True, return_indices=True)
-    return common, centre[at_centre] - spread[at_spread], centre[at_centre] + spread[at_spread]
+    low, high = centre[at_centre] - spread[at_spread], centre[at_centre] + spread[at_spread]
+    floor, ceiling = _band_range(run, panel)
+    return common, np.clip(low, floor, None), np.clip(high, None, ceiling)
+
+
+def _band_range(run: RunSeries, panel: Panel) -> tuple[float | None, float | None]:
+    """The lowest and highest value the run's data took (``band_range``'s keys), None where it logged neither."""
+    if panel.band_range is None:
+        return None, None
+    lows, highs = (run.arrays(key)[1] for key in panel.band_range)
+    return (float(lows.min()) if lows.size else None), (float(highs.max()) if highs.size else None)
 
 
 def _band_polygon(run: RunSeries, panel: Panel) -> np.ndarray:

@@ -28,7 +28,9 @@ from hermes_nb.protocol.metrics import (
     TRAIN_LEARNING_RATE,
     TRAIN_LOSS,
     TRAIN_PERCENT_CORRECT,
+    TRAIN_REWARD_MAX,
     TRAIN_REWARD_MEAN,
+    TRAIN_REWARD_MIN,
     TRAIN_REWARD_STD,
     TRAIN_TEACHER_KL,
 )
@@ -40,11 +42,13 @@ PANEL_COUNT = 4
 @dataclass(frozen=True)
 class Panel:
     """One panel: ``key`` as a line; ``band_key`` a band of ``key`` +- it; ``thin_key`` a second, thin line;
-    ``smoothed``: a smoothed line over the raw one even when the figure is drawn unsmoothed."""
+    ``smoothed``: a smoothed line over the raw one even when the figure is drawn unsmoothed; ``band_range``: the
+    keys of the lowest and highest single value behind ``key`` (the band stays between them)."""
 
     title: str
     key: str
     band_key: str | None = None
+    band_range: tuple[str, str] | None = None
     thin_key: str | None = None
     smoothed: bool = False
     fallback: Panel | None = None
@@ -53,12 +57,18 @@ class Panel:
     def keys(self) -> tuple[str, ...]:
         """Every key this panel (and its fallbacks) may draw."""
         own = tuple(key for key in (self.key, self.band_key, self.thin_key) if key is not None)
-        return own + (self.fallback.keys if self.fallback is not None else ())
+        return own + (self.band_range or ()) + (self.fallback.keys if self.fallback is not None else ())
 
 
 ENTROPY = Panel("Entropy", TRAIN_ENTROPY)
 PANEL_CHOICES: dict[str, Panel] = {
-    "reward": Panel("Reward (mean ± group std)", TRAIN_REWARD_MEAN, band_key=TRAIN_REWARD_STD, smoothed=True),
+    "reward": Panel(
+        "Reward (mean ± group std)",
+        TRAIN_REWARD_MEAN,
+        band_key=TRAIN_REWARD_STD,
+        band_range=(TRAIN_REWARD_MIN, TRAIN_REWARD_MAX),
+        smoothed=True,
+    ),
     "eval": Panel("Held-out accuracy", EVAL_PERCENT_CORRECT),
     "length": Panel(
         "Completion length (tokens; max thin)",

@@ -43,29 +43,44 @@ class MetricsPlot:
         self._lock = threading.RLock()
         self.png = b""
         self.frames = 0
+        self.final = False  # every run had ended before the last read: the step axis ends at the last step
+        self.marked: dict[str, list[int]] = {}  # the steps of each run's health findings, as marked
 
     def all_finished(self) -> bool:
         return all(source.finished() for source in self.sources)
 
-    def refresh(self) -> bool:
-        """Read new rows; redraw when they changed the data (or nothing was drawn yet). True when redrawn."""
+    def refresh(self, final: bool = False) -> bool:
+        """Read new rows; redraw when they changed the data (or nothing was drawn yet). True when redrawn.
+        ``final``: every run has ended (the caller asked before this read), so the axes are fitted to the data."""
         with self._lock:
-            changed = False
+            changed = final and not self.final
+            self.final = self.final or final
             for source in self.sources:
                 changed |= self.series[source.label].add_rows(source.poll())
+                changed |= self._mark(source)
             if not changed and self.png:
                 return False
-            self.figure.update(self.series)
+            self.figure.update(self.series, final=self.final)
             self.png = self.figure.render_png()
             self.frames += 1
             return True
+
+    def _mark(self, source: MetricsSource) -> bool:
+        """Mark where the run's health findings began; True when that changed."""
+        steps = source.health_steps()
+        if steps == self.marked.get(source.label, []):
+            return False
+        self.marked[source.label] = steps
+        self.figure.mark(source.label, steps)
+        return True
 
     def set_panels(self, panels: Sequence[str]) -> None:
         """Draw these four panels from now on (the series hold every panel's keys: nothing is read again)."""
         with self._lock:
             self.figure = MetricsFigure(list(self.series), self.smoothing, panels)  # a bad name: refused here
             self.png = b""
-            self.refresh()
+            self.marked = {}  # the new figure has no marks yet
+            self.refresh(final=self.final)
 
     def latest_step(self) -> int | None:
         step_arrays = [run.arrays(key)[0] for run in self.series.values() for key in PLOTTED_KEYS]
@@ -89,5 +104,5 @@ def save_metrics_plot(
 ) -> Path:
     """Plot every row the runs have so far and write it to ``path`` (PNG), e.g. after a headless run."""
     plot = MetricsPlot(runs, smoothing=smoothing, panels=panels)
-    plot.refresh()
+    plot.refresh(final=plot.all_finished())
     return plot.save(path)

@@ -15,8 +15,9 @@ from typing import Any, Protocol
 from hermes_nb.errors import HermesNBError, UnknownRunError
 from hermes_nb.metrics.reader import read_metrics
 from hermes_nb.plotting.panels import PLOTTED_KEYS
+from hermes_nb.protocol.health import read_findings
 from hermes_nb.protocol.metrics import TRAINER_ONLY_KEYS, WANDB_STEP_KEY, MetricsRow
-from hermes_nb.protocol.run_files import ENV_METRICS_FILE, RUN_STATE_FILE, TRAINER_METRICS_FILE
+from hermes_nb.protocol.run_files import ENV_METRICS_FILE, HEALTH_FILE, RUN_STATE_FILE, TRAINER_METRICS_FILE
 from hermes_nb.runs.supervision.damage import Damage, file_damage, read_state
 from hermes_nb.runs.transfer.lineage import predecessor_rows
 from hermes_nb.system import home
@@ -37,6 +38,10 @@ class MetricsSource(Protocol):
     def finished(self) -> bool: ...
 
     def poll(self) -> list[MetricsRow]: ...
+
+    def health_steps(self) -> list[int]:
+        """The steps where the run's health findings began (``hermes_nb.health``), marked on the plot."""
+        ...
 
 
 class RunFilesSource:
@@ -60,6 +65,9 @@ class RunFilesSource:
             return False  # not written yet: the run is still starting
         # A run.json that cannot be read is shown from the run's other files (hermes_nb.runs.supervision.damage).
         return read_state(run_paths(self.run_id))[0].is_terminal
+
+    def health_steps(self) -> list[int]:
+        return sorted({finding.step for finding in read_findings(self.run_dir / HEALTH_FILE)})
 
     def poll(self) -> list[MetricsRow]:
         earlier, self._earlier = self._earlier, {}
@@ -147,6 +155,9 @@ class WandbRunSource:
         self._last_state_check = self._clock()
         self._state = self._client.state(self._path)
         return self._state in WANDB_FINISHED_STATES
+
+    def health_steps(self) -> list[int]:
+        return []  # health findings live in the run directory, which a W&B run is read without
 
     def poll(self) -> list[MetricsRow]:
         # The final poll after the run ended must not be skipped, or the last rows would be missing.

@@ -37,6 +37,9 @@ TRAIN_REPLAY_FRACTION = "train/replay_fraction"
 # in tokens, the share of completions cut off at max_token_length, groups without signal dropped from the batch
 # (dynamic sampling), and optimizer steps taken so far (num_iterations per batch).
 TRAIN_REWARD_STD = "train/reward_std"
+# The lowest and highest score of the trained batch: the range the reward's mean +- std is drawn within.
+TRAIN_REWARD_MIN = "train/reward_min"
+TRAIN_REWARD_MAX = "train/reward_max"
 TRAIN_KL = "train/kl"
 # On-policy distillation (trainer.teacher_model): the mean over trained tokens of log p_student - log p_teacher on
 # the sampled tokens, the per-token reverse KL to the teacher (hermes_nb.trainer.distillation).

@@ -22,6 +22,8 @@ Where ``<home>`` is, ``hermes_nb.system.home`` decides (this module takes it as 
         tinker.json                     the Tinker backend's remote side: server, model, tokens, retries
         tinker_weights/                 a Tinker run's final weights, once downloaded
         note.txt                        the user's note on the run (``rl_tag_run``), shown by the runs table
+        health.jsonl                    the run's health findings, one per line (``hermes_nb.protocol.health``)
+        cost.json                       what the run cost: wall time, CPU, memory, tokens (same module)
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ TINKER_CHECKPOINT_FILE = "tinker_checkpoint.json"
 TINKER_WEIGHTS_DIR = "tinker_weights"
 # The user's note on a run (rl_tag_run): one line of text, written by the kernel, never by the run's processes.
 RUN_NOTE_FILE = "note.txt"
+# The run's health findings (``hermes_nb.health``), appended by the trainer and the environment as each begins.
+HEALTH_FILE = "health.jsonl"
+# What the run cost (``hermes_nb.protocol.health.RunCost``), rewritten by the supervisor.
+COST_FILE = "cost.json"
 
 # The processes the supervisor starts, in start order; the supervisor itself logs too. "sweep" is a sweep's
 # driver (``hermes_nb.runs.sweeps.driver``), recorded in its sweep.json, not in any run's.
@@ -95,6 +101,8 @@ class RunPaths(BaseModel):
     checkpoints_dir: Path
     checkpoints_index: Path
     trajectories: Path
+    health: Path
+    cost: Path
     logs: dict[str, Path]
 
     @classmethod
@@ -111,5 +119,7 @@ class RunPaths(BaseModel):
             checkpoints_dir=run_dir / CHECKPOINTS_DIR,
             checkpoints_index=run_dir / CHECKPOINTS_FILE,
             trajectories=run_dir / TRAJECTORIES_FILE,
+            health=run_dir / HEALTH_FILE,
+            cost=run_dir / COST_FILE,
             logs={name: home / LOGS_DIR / log_file_name(name, run_id) for name in LOGGED_PROCESSES},
         )

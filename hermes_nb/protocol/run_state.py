@@ -52,6 +52,8 @@ class RunState(BaseModel):
     error: str | None = None
     failed_process: str | None = None
     stop_requested_at: float | None = None
+    # Why the run stopped when no one asked it to: the health finding named in ``health.stop_on`` that stopped it.
+    stopped_by: str | None = None
     resumed_from: str | None = None
 
     @property

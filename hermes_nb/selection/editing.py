@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 from hermes_nb.config import (
     LOCKED_FIELDS,
     BaseEnvConfig,
+    HealthConfig,
     RunConfig,
     TinkerConfig,
     TrainerConfig,
@@ -41,7 +42,12 @@ from hermes_nb.selection.schema import EnvSchema
 from hermes_nb.selection.session import SessionState
 
 # The sections of RunConfig a user edits besides ``env``, each a pydantic model.
-MODEL_SECTIONS: dict[str, type[BaseModel]] = {"trainer": TrainerConfig, "wandb": WandbConfig, "tinker": TinkerConfig}
+MODEL_SECTIONS: dict[str, type[BaseModel]] = {
+    "trainer": TrainerConfig,
+    "wandb": WandbConfig,
+    "tinker": TinkerConfig,
+    "health": HealthConfig,
+}
 SECTIONS = ("env", *MODEL_SECTIONS)
 NULL_WORDS = frozenset({"none", "null", "~"})
 # JSON schema keyword -> pydantic Field keyword, for the constraints pydantic itself writes into schemas.

@@ -46,8 +46,9 @@ HEALTH_TIMEOUT_S = 5.0
 
 
 def _metrics_logger(config: RunConfig, run_dir: Path) -> MetricsLogger:
+    from hermes_nb.health import HealthWatch
     from hermes_nb.metrics.logger import MetricsLogger, WandbRunSettings, resolve_wandb_mode
-    from hermes_nb.protocol.run_files import TRAINER_METRICS_FILE
+    from hermes_nb.protocol.run_files import HEALTH_FILE, TRAINER_METRICS_FILE
 
     wandb = WandbRunSettings(
         project=config.wandb.project,
@@ -59,7 +60,8 @@ def _metrics_logger(config: RunConfig, run_dir: Path) -> MetricsLogger:
         config=config.model_dump(mode="json"),
         role="trainer",
     )
-    return MetricsLogger(run_dir / TRAINER_METRICS_FILE, wandb=wandb)
+    health = HealthWatch(run_dir / HEALTH_FILE, "trainer")
+    return MetricsLogger(run_dir / TRAINER_METRICS_FILE, wandb=wandb, health=health)
 
 
 def restore(backend: TrainingBackend, config: RunConfig) -> int:

@@ -15,6 +15,8 @@ def batch_score_metrics(batch: list[ScoredDataGroup]) -> dict[str, float]:
     correct = [v for group in batch for v in group.verdicts()]
     return {
         keys.TRAIN_REWARD_MEAN: sum(scores) / len(scores),
+        keys.TRAIN_REWARD_MIN: min(scores),
+        keys.TRAIN_REWARD_MAX: max(scores),
         keys.TRAIN_PERCENT_CORRECT: sum(correct) / len(correct),
     }
 

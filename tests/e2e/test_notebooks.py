@@ -113,8 +113,10 @@ def test_algorithms_notebook_trains_the_default_and_dr_grpo_and_overlays_them(tm
     assert sorted(run.status for run in runs) == ["completed", "completed"], [(r.run_id, r.status) for r in runs]
     assert all(len(run.history) == ALGORITHMS_STEPS for run in runs)
     assert len(png_outputs(cell_with(book, "%rl_watch $default $dr_grpo --wait"))) == 1
-    printed = cell_with(book, "for run_id in (default, dr_grpo)").outputs[0]["text"]
+    printed = cell_with(book, "results.algorithm.text()").outputs[0]["text"]
     assert all(run.run_id in printed for run in runs)
+    health = cell_with(book, "status.health").outputs[0]["text"]
+    assert health.count("health:") == 2 and health.count("CPU-s") == 2, health
 
 
 def test_agent_notebook_trains_opens_the_rollout_viewer_and_compares_base_and_trained(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from run_dirs import FINISHED_ID, OTHER_ID, TRAINER_ROWS, this_process, write_fi
 from hermes_nb import api
 from hermes_nb.cli import EXIT_RUN_FAILED, build_parser, follow_run, main, print_started
 from hermes_nb.model_test import runner
+from hermes_nb.protocol.health import CostFigures, Finding, RunCost, append_finding, write_cost
 from hermes_nb.runs.table.results import StartResult
 from hermes_nb.system import home
 
@@ -147,6 +148,19 @@ def test_status_of_a_finished_run(here: Runner) -> None:
     assert "step 4/4" in text.stdout and "eval 50.0%" in text.stdout
     data = json.loads(here("status", "--json").stdout)  # no id: the newest run
     assert (data["run_id"], data["progress"], data["metrics"]["reward_mean"]) == (FINISHED_ID, "4/4", 0.6)
+
+
+def test_status_prints_the_runs_health_findings_and_cost(here: Runner) -> None:
+    paths = write_finished_run()
+    finding = Finding(name="entropy_collapse", severity="error", step=3, time=0.0, message="entropy fell",
+                      hint="lower trainer.learning_rate")  # fmt: skip
+    append_finding(paths.health, finding)
+    write_cost(paths.cost, RunCost(actual=CostFigures(wall_seconds={"train": 42.0}), final=True))
+    text = here("status", FINISHED_ID).stdout
+    assert "health: error entropy_collapse from step 3: entropy fell (lower trainer.learning_rate)" in text
+    assert "cost: train 42 s" in text
+    data = json.loads(here("status", "--json").stdout)
+    assert [f["name"] for f in data["health"]] == ["entropy_collapse"]
 
 
 def test_results_of_a_finished_run(here: Runner) -> None:

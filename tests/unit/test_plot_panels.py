@@ -27,8 +27,9 @@ from hermes_nb.plotting import (
 from hermes_nb.plotting.figure import BAND_ALPHA
 from hermes_nb.plotting.series import RunSeries
 from hermes_nb.protocol import metrics as keys
+from hermes_nb.protocol.health import Finding, append_finding
 from hermes_nb.protocol.metrics import MetricsRow
-from hermes_nb.protocol.run_files import ENV_METRICS_FILE, TRAINER_METRICS_FILE
+from hermes_nb.protocol.run_files import ENV_METRICS_FILE, HEALTH_FILE, TRAINER_METRICS_FILE
 from hermes_nb.system import home
 
 RUN = "20260101-000000-aaaaaaaaaa"
@@ -159,6 +160,46 @@ def test_the_reward_band_is_the_mean_plus_and_minus_the_group_std() -> None:
     assert vertices[:, 1].min() == pytest.approx(means.min() - 0.2)
     low, high = plot.figure.figure.axes[0].get_ylim()
     assert low < means.min() - 0.2 and means.max() + 0.2 < high  # the value axis holds the band
+
+
+def test_the_reward_band_stays_within_the_rewards_range() -> None:
+    """A 0/1 reward: mean 0.5 +- std 0.5 reaches 0 and 1, and a mean of 0.1 +- 0.3 must not reach below 0."""
+    make_run(RUN)
+    rows = [trained(step, **{keys.TRAIN_REWARD_MIN: 0.0, keys.TRAIN_REWARD_MAX: 1.0}) for step in range(6)]
+    for row, std in zip(rows, (0.3, 0.5, 0.5, 0.5, 0.5, 0.5), strict=True):
+        row[keys.TRAIN_REWARD_STD] = std
+    write_rows(RUN, TRAINER_METRICS_FILE, rows)
+
+    plot = drawn_plot([RUN])
+
+    (polygon,) = plot.figure.lines[RUN][0].band.get_paths()
+    assert polygon.vertices[:, 1].min() == pytest.approx(0.0)
+    assert polygon.vertices[:, 1].max() == pytest.approx(1.0)
+
+
+def test_a_finished_runs_step_axis_ends_at_its_last_step() -> None:
+    make_run(RUN, status="completed", total_steps=120)
+    write_rows(RUN, TRAINER_METRICS_FILE, [trained(step) for step in range(121)])
+    live = MetricsPlot([RUN])
+    live.refresh()
+    assert live.figure.figure.axes[0].get_xlim()[1] > 120  # room ahead while it may grow
+
+    live.refresh(final=live.all_finished())
+
+    assert live.figure.figure.axes[0].get_xlim() == (0.0, 120.0)
+
+
+def test_the_plot_marks_the_step_where_each_health_finding_began_in_every_panel() -> None:
+    run_with(RUN)
+    finding = Finding(name="clip_high", severity="warning", step=3, time=0.0, message="m", hint="h")
+    append_finding(home.run_dir(RUN) / HEALTH_FILE, finding)
+
+    plot = drawn_plot([RUN])
+
+    for lines in plot.figure.lines[RUN]:
+        xs, ys = lines.marks.get_data()
+        assert list(xs[:2]) == [3.0, 3.0] and list(ys[:2]) == [0.0, 1.0]
+    assert not plot.refresh()  # the same findings: nothing to draw again
 
 
 def test_the_reward_band_is_drawn_faintly_in_the_runs_colour() -> None:

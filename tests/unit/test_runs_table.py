@@ -10,6 +10,8 @@ from run_dirs import MID, NEW, OLD, make_run, this_process, write_three_runs
 
 from hermes_nb import api
 from hermes_nb.errors import InvalidValueError, RunStateError, UnknownRunError
+from hermes_nb.protocol.health import CostFigures, Finding, ProcessCost, RunCost, append_finding, write_cost
+from hermes_nb.protocol.run_files import COST_FILE, HEALTH_FILE
 from hermes_nb.runs.table.config_diff import value_label
 from hermes_nb.system import home
 
@@ -58,6 +60,22 @@ def test_sorting_puts_the_best_first_and_unknown_last(three_runs: None) -> None:
     ascending = [r.run_id for r in run(api.rl_compare_runs(sort_by="best_eval", descending=False)).rows]
     assert ascending == [MID, NEW, OLD]
     assert [r.run_id for r in run(api.rl_compare_runs()).rows] == [NEW, MID, OLD]  # newest first by default
+
+
+def test_the_health_column_names_each_runs_findings_errors_first(three_runs: None) -> None:
+    for name, severity in (("clip_high", "warning"), ("entropy_collapse", "error")):
+        finding = Finding(name=name, severity=severity, step=2, time=0.0, message="m", hint="h")
+        append_finding(home.run_dir(MID) / HEALTH_FILE, finding)
+    write_cost(
+        home.run_dir(MID) / COST_FILE, RunCost(actual=CostFigures(processes={"trainer": ProcessCost(cpu_seconds=90)}))
+    )
+
+    table = run(api.rl_compare_runs())
+
+    rows = {row.run_id: row for row in table.rows}
+    assert (rows[MID].health_text(), rows[OLD].health_text()) == ("entropy_collapse, clip_high", "ok")
+    assert (rows[MID].cpu_seconds, rows[OLD].cpu_seconds) == (90, None)
+    assert "entropy_collapse, clip_high" in str(table)
 
 
 def test_an_unknown_sort_column_is_refused_naming_the_columns(three_runs: None) -> None:

@@ -24,6 +24,8 @@ from hermes_nb.notebook import Dashboard, kernel_runs
 from hermes_nb.notebook.widgets.config_form import ConfigForm
 from hermes_nb.notebook.widgets.monitor import LOG_LINES, RunMonitor, format_eta
 from hermes_nb.notebook.widgets.picker import EnvironmentPicker
+from hermes_nb.protocol.health import Finding, append_finding
+from hermes_nb.protocol.run_files import HEALTH_FILE
 from hermes_nb.protocol.run_state import ProcessRecord
 from hermes_nb.runs.table.results import StartResult
 from hermes_nb.syncio import run_sync
@@ -251,6 +253,19 @@ def test_monitor_shows_progress_and_stops_refreshing_when_the_run_ends() -> None
     assert monitor.progress.value == 9
     assert "completed" in monitor.status.value
     assert refresh_threads() == []
+
+
+def test_monitor_shows_each_health_finding_as_a_badge_with_its_step() -> None:
+    make_run(RUN, total_steps=10)
+    append_trainer_rows(RUN, range(4))
+    finding = Finding(name="entropy_collapse", severity="error", step=3, time=time.time(), message="fell",
+                      hint="lower trainer.learning_rate")  # fmt: skip
+    append_finding(home.run_dir(RUN) / HEALTH_FILE, finding)
+    monitor = RunMonitor(RUN, interval_s=FAST_S)
+    monitor.close()
+    assert "entropy_collapse @ 3" in monitor.health.value
+    assert "hermes-nb-health-error" in monitor.health.value
+    assert "lower trainer.learning_rate" in html.unescape(monitor.health.value)
 
 
 def test_stop_button_signals_the_run_supervisor() -> None:

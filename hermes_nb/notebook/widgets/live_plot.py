@@ -83,9 +83,10 @@ class LivePlot:
     def running(self) -> bool:
         return self._refresher.running
 
-    def refresh(self) -> bool:
-        """Read new rows and redraw if they changed anything (what the thread does every interval)."""
-        redrawn = on_drawing_thread(self.plot.refresh)
+    def refresh(self, final: bool = False) -> bool:
+        """Read new rows and redraw if they changed anything (what the thread does every interval); ``final``:
+        every run had ended before this read, so the axes end at the data."""
+        redrawn = on_drawing_thread(self.plot.refresh, final)
         if redrawn:
             self.image.value = self.plot.png
         self._update_caption()
@@ -124,7 +125,7 @@ class LivePlot:
 
     def _tick(self) -> bool:
         done = self.plot.all_finished()  # before reading: rows written before the end are then all on disk
-        self.refresh()
+        self.refresh(final=done)
         if not done:
             return True
         self.finished = True

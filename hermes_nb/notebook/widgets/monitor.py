@@ -1,4 +1,4 @@
-"""Run monitor: status, progress with ETA, process states, Start and Stop, and a log tail.
+"""Run monitor: status, progress with ETA, health badges, process states, Start and Stop, and a log tail.
 
 A daemon thread re-reads the run's status every ``interval_s`` (a few small file reads through the core) and
 stops by itself once the run has ended, after showing the final state; the message under the buttons then
@@ -25,6 +25,8 @@ from hermes_nb.runs.table.results import RunStatus, StartResult
 DEFAULT_STATUS_INTERVAL_S = 2.0
 LOG_LINES = 30
 LOG_PROCESSES = ("trainer", "env", "api", "supervisor")
+# A health finding's badge colour by its severity (``hermes_nb.protocol.health.Severity``).
+BADGE_COLOURS = {"error": "#b00020", "warning": "#a56a00"}
 StartCallback = Callable[[StartResult], None]
 StatusCallback = Callable[[RunStatus], None]
 
@@ -42,6 +44,8 @@ class RunMonitor:
         self.progress.add_class("hermes-nb-progress")
         self.eta = widgets.HTML()
         self.eta.add_class("hermes-nb-eta")
+        self.health = widgets.HTML()
+        self.health.add_class("hermes-nb-health")
         self.processes = widgets.HTML()
         self.processes.add_class("hermes-nb-processes")
         self.start_button = widgets.Button(description="Start", button_style="success", tooltip="Start a run")
@@ -55,7 +59,8 @@ class RunMonitor:
         self.message.add_class("hermes-nb-monitor-message")
         controls = widgets.HBox([self.start_button, self.stop_button, self.message])
         progress = widgets.HBox([self.progress, self.eta])
-        self.widget = widgets.VBox([self.status, progress, self.processes, controls, self.log_process, self.log])
+        parts = [self.status, progress, self.health, self.processes, controls, self.log_process, self.log]
+        self.widget = widgets.VBox(parts)
         self.widget.add_class("hermes-nb-run-monitor")
         self.last_status: RunStatus | None = None
         self._callbacks: list[StartCallback] = []
@@ -147,6 +152,7 @@ class RunMonitor:
         self.progress.value = min(status.step, self.progress.max)
         self.progress.description = f"{status.step}/{status.total_steps}"
         self.eta.value = "" if status.is_terminal else format_eta(status.eta_seconds)
+        self.health.value = health_badges(status)
         rows = "".join(
             f"<tr><td>{html.escape(p.name)}</td><td>{html.escape(p.state)}</td>"
             f"<td>{'' if p.exit_code is None else f'exit {p.exit_code}'}</td></tr>"
@@ -170,6 +176,19 @@ class RunMonitor:
     def _say(self, message: str, error: bool = False) -> None:
         style = " style='color:#b00020'" if error else ""
         self.message.value = f"<span{style}>{html.escape(message)}</span>"
+
+
+def health_badges(status: RunStatus) -> str:
+    """One badge per health finding (name and step; the figures and the hint in its tooltip), and what stopped
+    the run when ``health.stop_on`` did."""
+    badges = "".join(
+        f"<span class='hermes-nb-health-{f.severity}' title='{html.escape(f.text(), quote=True)}' "
+        f"style='background:{BADGE_COLOURS[f.severity]};color:white;border-radius:4px;padding:1px 6px;"
+        f"margin-right:4px'>{html.escape(f.name)} @ {f.step}</span>"
+        for f in status.health
+    )
+    stopped = f" stopped by health.stop_on: {html.escape(status.stopped_by)}" if status.stopped_by else ""
+    return badges + stopped
 
 
 def _ending(status: RunStatus) -> str:

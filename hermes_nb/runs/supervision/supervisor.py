@@ -9,6 +9,7 @@ stop the run gracefully (the trainer saves a final checkpoint first).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import subprocess
@@ -24,11 +25,15 @@ import psutil
 from hermes_nb.config import RunConfig
 from hermes_nb.frameworks import registry
 from hermes_nb.frameworks.contract import ChildCommand, ServeRequest
+from hermes_nb.health import HealthWatch
 from hermes_nb.inference.health import health_or_none
+from hermes_nb.metrics.reader import read_metrics
 from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV
+from hermes_nb.protocol.health import Finding, read_findings
 from hermes_nb.protocol.run_files import PROCESS_NAMES, RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
 from hermes_nb.runs.supervision import graces
+from hermes_nb.runs.supervision.cost_meter import CostMeter
 from hermes_nb.runs.supervision.outcomes import Launched, LaunchFailed, LaunchOutcome, StopRequested
 from hermes_nb.runs.supervision.ports import PORT_BINDERS, pick_ports, with_ports
 from hermes_nb.runs.supervision.state_file import write_run_state
@@ -90,9 +95,16 @@ class Supervisor:
     # Processes started ahead with their imports done (``runs.supervision.warm_kit``), by the name of the process
     # each can become; each is used once, for the first launch of its name whose command it can run, or released.
     warm: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    # CPU and memory of each process, sampled each second of the watch (``cost.json``).
+    meter: CostMeter = field(default_factory=CostMeter, repr=False)
+    # The checks only the clock can answer (a stall), over the trainer's rows read as they come (``health.py``).
+    health: HealthWatch = field(init=False, repr=False)
+    metrics_offset: int = field(default=0, repr=False)
+    health_step: int = field(default=0, repr=False)  # the newest step those rows reached
 
     def __post_init__(self) -> None:
         self.api_form = api_form(self.config, self.secret, self.paths.logs["supervisor"])
+        self.health = HealthWatch(self.paths.health, "supervisor")
 
     # ---- state -------------------------------------------------------------------------------------------
     def save(self) -> None:
@@ -351,12 +363,42 @@ class Supervisor:
                 return
             if time.monotonic() - last_sweep > 1.0:
                 self.remember_descendants()
+                self.measure()
+                self.check_health()
                 lost = self.api_form.lost(self.api_probe())
                 if lost is not None:
                     self.fail(lost)
                     return
+                if (finding := self.health_stop()) is not None:
+                    log.warning("stopping: health.stop_on names %s: %s", finding.name, finding.text())
+                    self.state = self.state.model_copy(update={"stopped_by": finding.text()})
+                    self.stop()
+                    return
                 last_sweep = time.monotonic()
             time.sleep(MONITOR_SECONDS)
+
+    def measure(self) -> None:
+        self.meter.sample({name: child.record for name, child in self.children.items()})
+        with contextlib.suppress(OSError):  # a full disk: the record waits, the run goes on
+            self.meter.write_soon(self.paths, self.state, self.group_size())
+
+    def group_size(self) -> int:
+        return int(self.config.env_value("group_size"))
+
+    def check_health(self) -> None:
+        """Show the supervisor's checks the trainer's new rows, then the clock."""
+        rows, self.metrics_offset = read_metrics(self.paths.metrics, self.metrics_offset)
+        for row in rows:
+            self.health.observe(row.step, row.values, at=row.time)
+            self.health_step = row.step
+        self.health.tick(self.health_step)
+
+    def health_stop(self) -> Finding | None:
+        """The first finding of a check that ``health.stop_on`` names, if one began."""
+        wanted = set(self.config.health.stop_on)
+        if not wanted:
+            return None
+        return next((f for f in read_findings(self.paths.health) if f.name in wanted), None)
 
     def dead_unexpectedly(self) -> str | None:
         for name, child in self.children.items():
@@ -469,6 +511,14 @@ class Supervisor:
         finally:
             self.release_warm()
             self.close_api()
+            self.record_cost()
+
+    def record_cost(self) -> None:
+        """The final ``cost.json``; a disk too full for it loses the record, not the run's ending."""
+        try:
+            self.meter.write(self.paths, self.state, self.group_size(), final=self.state.is_terminal)
+        except OSError as exc:
+            log.warning("cost.json not written: %s", exc)
 
     def close_api(self) -> None:
         if self.api is not None:

@@ -66,6 +66,8 @@ def run_row(run_id: str, sweep_id: str | None) -> RunRow:
         total_steps=state.total_steps,
         wall_s=(end - state.created_at) if end is not None else None,
         note=read_note(paths),
+        health=results.health,
+        cpu_seconds=results.cost.actual.cpu_seconds if results.cost else None,
     )
 
 

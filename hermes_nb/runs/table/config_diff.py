@@ -14,7 +14,7 @@ from typing import Any
 from hermes_nb.config import LOCKED_FIELDS, RunConfig
 
 # The sections a user edits, in the order their fields are shown.
-COMPARED_SECTIONS = ("env", "trainer", "wandb", "tinker")
+COMPARED_SECTIONS = ("env", "trainer", "wandb", "tinker", "health")
 # Decided per run by the run system, though not locked against edits.
 _PER_RUN = frozenset({"wandb.run_name"})
 # Short names of the fields most often varied, for labels; any other field is shown by its key.

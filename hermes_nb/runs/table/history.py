@@ -8,6 +8,7 @@ from hermes_nb.errors import HermesNBError
 from hermes_nb.metrics.reader import last_complete_line, read_metrics_file
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.checkpoints import read_checkpoint_index
+from hermes_nb.protocol.health import read_cost, read_findings
 from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_files import LOGGED_PROCESSES, RunPaths
 from hermes_nb.runs.run_dirs import known_run_ids, resolve_run
@@ -104,6 +105,8 @@ def get_results(run_id: str | None) -> RunResults:
         final_weights_path=checkpoints[-1].path if checkpoints else None,
         wandb_url=_wandb_url(paths),
         damaged=damaged,
+        health=read_findings(paths.health),
+        cost=read_cost(paths.cost),
     )
 
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.checkpoints import CheckpointRecord
+from hermes_nb.protocol.health import Finding, RunCost
 from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_state import TERMINAL_STATUSES
 from hermes_nb.protocol.tinker import TinkerRunInfo
@@ -114,6 +115,22 @@ def _fmt(value: float | None, percent: bool = False) -> str:
     return f"{100 * value:.1f}%" if percent else f"{value:.4g}"
 
 
+def health_lines(findings: list[Finding]) -> list[str]:
+    """One line per finding (``hermes_nb.health``), for status and results."""
+    return [f"  health: {finding.text()}" for finding in findings]
+
+
+def health_html(findings: list[Finding]) -> str:
+    if not findings:
+        return ""
+    items = "".join(f"<li>{html.escape(finding.text())}</li>" for finding in findings)
+    return f"<div style='color:#a50'><b>health:</b><ul>{items}</ul></div>"
+
+
+def _cost_lines(cost: RunCost | None) -> list[str]:
+    return [] if cost is None else [f"  cost{'' if cost.final else ' so far'}: {cost.text()}"]
+
+
 def _damage_lines(damaged: list[Damage]) -> list[str]:
     return [f"  damaged: {damage}" for damage in damaged]
 
@@ -185,6 +202,11 @@ class RunStatus(Result):
     # (``***``); the attributes hold it, e.g. ``openai.OpenAI(base_url=status.inference_url, api_key="-")``.
     inference_url: str | None = None
     api_url: str | None = None
+    # The run's health findings (``hermes_nb.health``), in the order they began; what stopped it when no one asked
+    # (a finding named in ``health.stop_on``); and what it cost so far (``cost.json``).
+    health: list[Finding] = Field(default_factory=list)
+    stopped_by: str | None = None
+    cost: RunCost | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -244,7 +266,9 @@ class RunStatus(Result):
             lines.append(f"  Tinker: {remote}")
         if self.error:
             lines.append(f"  error: {self.error}")
-        return lines + _damage_lines(self.damaged)
+        if self.stopped_by:
+            lines.append(f"  stopped by health.stop_on: {self.stopped_by}")
+        return lines + health_lines(self.health) + _cost_lines(self.cost) + _damage_lines(self.damaged)
 
     def _html_body(self) -> str:
         m = self.metrics
@@ -267,8 +291,11 @@ class RunStatus(Result):
             rows.append(["environment faults", faults])
         if (remote := self._tinker_text()) is not None:
             rows.append(["Tinker", remote])
+        if self.cost is not None:
+            rows.append(["cost", self.cost.text()])
         error = f"<pre style='color:#b00'>{self.error}</pre>" if self.error else ""
-        return f"<p>{head}</p>{html_table(['', ''], rows)}{error}{_damage_html(self.damaged)}"
+        health = health_html(self.health)
+        return f"<p>{head}</p>{html_table(['', ''], rows)}{error}{health}{_damage_html(self.damaged)}"
 
 
 class RunSummary(BaseModel):
@@ -317,6 +344,8 @@ class RunResults(Result):
     wandb_url: str | None = None
     # What is wrong with the run's files; the history and checkpoints above are what could be read.
     damaged: list[Damage] = Field(default_factory=list)
+    health: list[Finding] = Field(default_factory=list)
+    cost: RunCost | None = None
 
     def _text_lines(self) -> list[str]:
         lines = [f"Run {self.run_id} ({self.environment}): {self.status}, {len(self.history)} steps logged"]
@@ -327,7 +356,7 @@ class RunResults(Result):
         lines.append(f"  final weights: {self.final_weights_path or '–'}")
         if self.wandb_url:
             lines.append(f"  W&B: {self.wandb_url}")
-        return lines + _damage_lines(self.damaged)
+        return lines + health_lines(self.health) + _cost_lines(self.cost) + _damage_lines(self.damaged)
 
 
 class LogTail(Result):

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from hermes_nb.protocol.health import Finding
 from hermes_nb.results import Result, format_duration, html_table, value_text
 from hermes_nb.runs.table.config_diff import short_name, value_label
 
@@ -29,6 +30,15 @@ class RunRow(BaseModel):
     total_steps: int = 0
     wall_s: float | None = None  # from the call that created the run to its end (or now, while it lives)
     note: str = ""
+    health: list[Finding] = Field(default_factory=list)  # its findings (``hermes_nb.health``), as they began
+    cpu_seconds: float | None = None  # every process's CPU time (``cost.json``)
+
+    def health_text(self) -> str:
+        """``ok``, or the names of the checks that fired, errors first."""
+        if not self.health:
+            return "ok"
+        ordered = sorted(self.health, key=lambda f: f.severity != "error")
+        return ", ".join(f.name for f in ordered)
 
     def differs_text(self) -> str:
         shown = [f"{short_name(n)}={value_label(v)}" for n, v in list(self.differs.items())[:SHOWN_DIFFERENCES]]
@@ -45,7 +55,7 @@ def _number(value: float | None) -> str:
 
 
 HEADERS = ["run", "status", "environment", "sweep", "differs", "best eval", "last eval", "best reward",
-           "last reward", "steps", "wall", "note"]  # fmt: skip
+           "last reward", "steps", "wall", "CPU", "health", "note"]  # fmt: skip
 
 
 def row_cells(row: RunRow) -> list[str]:
@@ -61,6 +71,8 @@ def row_cells(row: RunRow) -> list[str]:
         _number(row.last_reward),
         f"{row.step}/{row.total_steps}",
         format_duration(row.wall_s),
+        format_duration(row.cpu_seconds),
+        row.health_text(),
         row.note,
     ]
 

@@ -8,6 +8,7 @@ from hermes_nb.metrics.reader import read_metrics_file
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.auth import capability_url
 from hermes_nb.protocol.checkpoints import read_checkpoint_index
+from hermes_nb.protocol.health import read_cost, read_findings
 from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_files import PROCESS_NAMES, RunPaths
 from hermes_nb.protocol.run_state import RunState
@@ -137,6 +138,9 @@ def build_status(paths: RunPaths, state: RunState, damaged: list[Damage] | None 
         damaged=(damaged or []) + found,
         inference_url=inference_url,
         api_url=api_url,
+        health=read_findings(paths.health),
+        stopped_by=state.stopped_by,
+        cost=read_cost(paths.cost),
     )
 
 
