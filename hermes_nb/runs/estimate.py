@@ -20,7 +20,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from hermes_nb.config import RunConfig
+from hermes_nb.config import RunConfig, base_model_dir
 from hermes_nb.errors import ConfigError
 from hermes_nb.metrics.reader import read_all_metrics
 from hermes_nb.protocol.metrics import TRAIN_STEP_SECONDS
@@ -42,7 +42,7 @@ STATED_CUDA_SPEEDUP = 20.0
 EARLIER_RUNS_READ = 50
 GIB = 1 << 30
 
-TimeSource = Literal["earlier runs", "stated per-step cost"]
+TimeSource = Literal["earlier runs", "stated per-step cost", "no earlier run"]
 
 
 class ProcessMemory(BaseModel):
@@ -75,8 +75,8 @@ class RunEstimate(Result):
     free_bytes: int | None  # None: not measured (a Tinker run's memory is the server's)
     fits: bool
     to_change: list[str]  # the fields that shrink the estimate, when it does not fit
-    seconds_per_step: float
-    total_seconds: float
+    seconds_per_step: float | None  # None: not known (a Tinker run with no earlier run to go by)
+    total_seconds: float | None
     time_source: TimeSource
     total_steps: int
     tokens_sampled: int  # at most: every sequence of every step at max_token_length
@@ -92,12 +92,15 @@ class RunEstimate(Result):
         lines.append(f"  memory: {_gib(self.memory_bytes)} of {free}: {'fits' if self.fits else 'DOES NOT FIT'}")
         if not self.fits:
             lines.append(f"  to make it fit, change: {', '.join(self.to_change)}")
+        per_step = "–" if self.seconds_per_step is None else f"{self.seconds_per_step:.3g}"
         lines.append(
-            f"  time: {self.seconds_per_step:.3g} s/step, {format_duration(self.total_seconds)} for "
-            f"{self.total_steps} steps (from {self.time_source})"
+            f"  time: {per_step} s/step, {format_duration(self.total_seconds)} for {self.total_steps} steps "
+            f"(from {self.time_source})"
         )
         lines.append(f"  tokens: at most {self.tokens_sampled:,} sampled, {self.tokens_trained:,} trained")
         price = "no price known" if self.price_usd is None else f"${self.price_usd:,.2f}"
+        if self.backend == "local":
+            price = "none"
         lines.append(f"  price: {price} ({self.price_source})")
         return lines
 
@@ -114,30 +117,70 @@ def _gib(size: int) -> str:
 
 def estimate_config(config: RunConfig) -> RunEstimate:
     """The estimate of ``config``'s run on this machine (see the module doc)."""
-    local = config.trainer.backend == "local"
-    device = run_device(config.trainer.device) if local else "cpu"
-    free = free_memory(device) if local else None
-    memory = estimate_run(config, device, gpu_bytes=free or 0)
-    fits = free is None or memory.total <= free
+    if config.trainer.backend != "local":
+        return _remote_estimate(config)
+    device, memory, free = local_memory(config)
+    fits = memory.total <= free
     seconds, source = step_seconds(config, device, memory.parameters)
     steps = int(config.env_value("total_steps"))
-    tokens = steps * int(config.env_value("batch_size")) * int(config.env_value("max_token_length"))
-    price, price_source = run_price(config, tokens)
     return RunEstimate(
         base_model=config.trainer.base_model,
         backend=config.trainer.backend,
-        device=device if local else "tinker server",
-        processes=process_memory(memory) if local else [],
-        memory_bytes=memory.total if local else 0,
+        device=device,
+        processes=process_memory(memory),
+        memory_bytes=memory.total,
         free_bytes=free,
         fits=fits,
         to_change=[] if fits else fields_to_change(config),
         seconds_per_step=seconds,
-        total_seconds=seconds * steps,
+        total_seconds=None if seconds is None else seconds * steps,
         time_source=source,
         total_steps=steps,
-        tokens_sampled=tokens,
-        tokens_trained=tokens,
+        tokens_sampled=run_tokens(config),
+        tokens_trained=run_tokens(config),
+        price_usd=None,
+        price_source="a local run: no price applies",
+    )
+
+
+def check_sizes_known(config: RunConfig) -> None:
+    """A local base model is sized from its ``config.json``: refused, naming the field, where there is none."""
+    if (base_model_dir(config.trainer.base_model) / "config.json").is_file():
+        return
+    raise ConfigError(
+        f"trainer.base_model: {config.trainer.base_model} has no config.json on this machine to size it from; "
+        "a start downloads a hub model, after which it can be estimated"
+    )
+
+
+def run_tokens(config: RunConfig) -> int:
+    """Tokens sampled (and trained) at most: every sequence of every step at ``max_token_length``."""
+    sizes = ("total_steps", "batch_size", "max_token_length")
+    steps, batch, length = (int(config.env_value(name)) for name in sizes)
+    return steps * batch * length
+
+
+def _remote_estimate(config: RunConfig) -> RunEstimate:
+    """A Tinker run: its memory is the server's; time from earlier runs only; a price from the user's table."""
+    measured = earlier_step_seconds(config)
+    seconds = statistics.median(measured) if measured else None
+    steps = int(config.env_value("total_steps"))
+    price, price_source = run_price(config, run_tokens(config))
+    return RunEstimate(
+        base_model=config.trainer.base_model,
+        backend=config.trainer.backend,
+        device="tinker server",
+        processes=[],
+        memory_bytes=0,
+        free_bytes=None,
+        fits=True,
+        to_change=[],
+        seconds_per_step=seconds,
+        total_seconds=None if seconds is None else seconds * steps,
+        time_source="earlier runs" if measured else "no earlier run",
+        total_steps=steps,
+        tokens_sampled=run_tokens(config),
+        tokens_trained=run_tokens(config),
         price_usd=price,
         price_source=price_source,
     )
@@ -196,17 +239,25 @@ def fields_to_change(config: RunConfig) -> list[str]:
     return fields
 
 
+def local_memory(config: RunConfig) -> tuple[Device, MemoryEstimate, int]:
+    """A local run's device, its memory estimate there, and the bytes free on it now."""
+    device = run_device(config.trainer.device)
+    free = free_memory(device)
+    check_sizes_known(config)
+    return device, estimate_run(config, device, gpu_bytes=free), free
+
+
 def check_fits(config: RunConfig) -> None:
-    """Refuse a local run whose estimate exceeds the free memory (``ConfigError`` naming the fields to change)."""
+    """Refuse a local run whose estimate exceeds the free memory (``ConfigError`` naming the fields to change).
+    Memory only: a start reads no earlier runs for their step times."""
     if config.trainer.backend != "local" or config.trainer.ignore_memory_estimate:
         return
-    estimate = estimate_config(config)
-    if estimate.fits:
+    device, memory, free = local_memory(config)
+    if memory.total <= free:
         return
     raise ConfigError(
-        f"this run needs about {_gib(estimate.memory_bytes)} on {estimate.device} and "
-        f"{_gib(estimate.free_bytes or 0)} is free: change {', '.join(estimate.to_change)}, "
-        "or set trainer.ignore_memory_estimate=true to start it anyway"
+        f"this run needs about {_gib(memory.total)} on {device} and {_gib(free)} is free: change "
+        f"{', '.join(fields_to_change(config))}, or set trainer.ignore_memory_estimate=true to start it anyway"
     )
 
 
@@ -260,9 +311,7 @@ def prices_path() -> Path:
 
 
 def run_price(config: RunConfig, tokens: int) -> tuple[float | None, str]:
-    """A Tinker run's price from the user's table; a local run costs no money."""
-    if config.trainer.backend != "tinker":
-        return None, "a local run: no price applies"
+    """A Tinker run's price from the user's table."""
     price = _price_of(config.trainer.base_model)
     if price is None:
         return None, f"no price known for {config.trainer.base_model}: add it to {prices_path()}"
