@@ -214,16 +214,17 @@ def run_device(setting: str) -> Device:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def free_memory(device: Device) -> int:
-    """Bytes free on ``device`` now."""
+def device_memory(device: Device) -> tuple[int, int]:
+    """Bytes free on ``device`` now, and its total (vLLM's share is of the total)."""
     if device == "cuda":
         import torch
 
-        free, _total = torch.cuda.mem_get_info()
-        return int(free)
+        free, total = torch.cuda.mem_get_info()
+        return int(free), int(total)
     import psutil
 
-    return int(psutil.virtual_memory().available)
+    memory = psutil.virtual_memory()
+    return int(memory.available), int(memory.total)
 
 
 def fields_to_change(config: RunConfig) -> list[str]:
@@ -242,9 +243,9 @@ def fields_to_change(config: RunConfig) -> list[str]:
 def local_memory(config: RunConfig) -> tuple[Device, MemoryEstimate, int]:
     """A local run's device, its memory estimate there, and the bytes free on it now."""
     device = run_device(config.trainer.device)
-    free = free_memory(device)
+    free, total = device_memory(device)
     check_sizes_known(config)
-    return device, estimate_run(config, device, gpu_bytes=free), free
+    return device, estimate_run(config, device, gpu_bytes=total if device == "cuda" else 0), free
 
 
 def check_fits(config: RunConfig) -> None:

@@ -116,14 +116,14 @@ def test_a_huge_batch_does_not_fit_and_names_what_to_change(quickstart: RunConfi
 def test_a_start_that_cannot_fit_is_refused_with_nothing_created(
     quickstart: RunConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(estimate, "free_memory", lambda device: 64 * MIB)  # a machine with 64 MiB free
+    monkeypatch.setattr(estimate, "device_memory", lambda device: (64 * MIB, 1024 * MIB))  # 64 MiB free
     with pytest.raises(ConfigError, match="trainer.gradient_checkpointing.*trainer.ignore_memory_estimate=true"):
         asyncio.run(api.rl_start_training(total_steps=5))
     assert not home.runs_dir().exists() or not any(home.runs_dir().iterdir())
 
 
 def test_ignore_memory_estimate_lets_it_through(quickstart: RunConfig, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(estimate, "free_memory", lambda device: 64 * MIB)
+    monkeypatch.setattr(estimate, "device_memory", lambda device: (64 * MIB, 1024 * MIB))
     trainer = quickstart.trainer.model_copy(update={"ignore_memory_estimate": True})
     check_fits(quickstart.model_copy(update={"trainer": trainer}))  # no error
 
