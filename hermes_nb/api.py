@@ -18,6 +18,7 @@ from hermes_nb.rollouts.commands import rl_get_samples as rl_get_samples
 from hermes_nb.runs.commands import rl_check_status as rl_check_status
 from hermes_nb.runs.commands import rl_compare_runs as rl_compare_runs
 from hermes_nb.runs.commands import rl_delete_run as rl_delete_run
+from hermes_nb.runs.commands import rl_estimate_run as rl_estimate_run
 from hermes_nb.runs.commands import rl_get_results as rl_get_results
 from hermes_nb.runs.commands import rl_list_runs as rl_list_runs
 from hermes_nb.runs.commands import rl_start_training as rl_start_training

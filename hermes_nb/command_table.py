@@ -221,6 +221,12 @@ COMMANDS: tuple[Command, ...] = (
         magic="rl_start", cli="start", starts_run=True,
     ),
     Command(
+        "rl_estimate_run", RUNS, "Before starting: memory per process against what is free, time, tokens and price.",
+        (Argument("overrides", "config overrides, as for start, e.g. group_size=32", nargs="*",
+                  metavar="FIELD=VALUE", parse=_assignments, spread=True),),
+        magic="rl_estimate", cli="estimate",
+    ),
+    Command(
         "rl_check_status", RUNS, "Status of a run: progress, ETA, processes, latest metrics, errors.", (RUN,),
         magic="rl_status", cli="status",
     ),

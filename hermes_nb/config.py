@@ -275,6 +275,10 @@ class TrainerConfig(BaseModel):
         default=False,
         description="Recompute activations in the backward pass: less memory, more compute (local backend).",
     )
+    ignore_memory_estimate: bool = Field(
+        default=False,
+        description="Start even when the pre-run estimate (rl_estimate_run) says the run does not fit in memory.",
+    )
     pretrained_model_path: str | None = Field(
         default=None,
         description="Start from these weights: a run id, a checkpoint path, a model directory or a hub id (org/name).",

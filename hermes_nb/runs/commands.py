@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hermes_nb.runs import service
+from hermes_nb.runs.estimate import RunEstimate
 from hermes_nb.runs.run_dirs import resolve_run
 from hermes_nb.runs.supervision.stop import StopResult
 from hermes_nb.runs.table import history, notes
@@ -30,6 +31,14 @@ async def rl_start_training(resume_from: str | None = None, **overrides: Any) ->
     optimizer state; step numbers continue (raise ``total_steps`` to go further than it was to go).
     """
     return await asyncio.to_thread(service.start_training, resume_from, **overrides)
+
+
+async def rl_estimate_run(**overrides: Any) -> RunEstimate:
+    """Before starting: the run's memory per process against what this machine has free, seconds per step and in
+    all (from earlier runs of the same model and sizes, else a stated cost: ``time_source`` says which), tokens
+    sampled and trained, and a Tinker run's price from ``<hermes home>/prices.yaml``. ``overrides`` as
+    ``rl_start_training``'s; nothing is started or saved."""
+    return await asyncio.to_thread(service.estimate_run, **overrides)
 
 
 async def rl_check_status(run_id: str | None = None) -> RunStatus:

@@ -19,6 +19,7 @@ from hermes_nb.metrics.wandb_names import wandb_run_name
 from hermes_nb.protocol.redaction import without_secrets
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import RunState
+from hermes_nb.runs.estimate import check_fits
 from hermes_nb.runs.sampler_choice import choose_sampler
 from hermes_nb.runs.supervision import warm_start
 from hermes_nb.runs.supervision.damage import SUPERVISOR_MODULE
@@ -59,6 +60,7 @@ def validate_for_start(config: RunConfig) -> None:
         check_base_model(model_dir_for(config.trainer.base_model), config.trainer.base_model)
         check_device(config.trainer.device)  # a CUDA device this machine lacks (imports torch only for cuda)
         check_tools_rendered(config)
+        check_fits(config)  # a run that cannot fit in memory: refused here, not by the OOM killer
     choose_sampler(config)  # a vLLM the run needs and its Python cannot import: refused here
     if config.trainer.backend == "tinker":
         from hermes_nb.tinker.preflight import check_before_start

@@ -14,6 +14,7 @@ from typing import Any
 from hermes_nb.config import InfraConfig, RunConfig
 from hermes_nb.errors import NoEnvironmentSelectedError
 from hermes_nb.runs import launcher
+from hermes_nb.runs.estimate import RunEstimate, estimate_config
 from hermes_nb.runs.run_dirs import resolve_run
 from hermes_nb.runs.supervision import stop
 from hermes_nb.runs.supervision.stop import StopResult
@@ -63,6 +64,16 @@ def start_training(resume_from: str | None = None, **overrides: Any) -> StartRes
         total_steps=run_state.total_steps,
         damaged=damaged,
     )
+
+
+def estimate_run(**overrides: Any) -> RunEstimate:
+    """The pre-run estimate of the run ``start_training(**overrides)`` would start; nothing is started or saved."""
+    state = session.load()
+    if state.config.environment is None:
+        raise NoEnvironmentSelectedError(f"no environment selected: {editing.SELECT_FIRST}")
+    if overrides:
+        state, _, _ = editing.apply_edits(state, overrides)
+    return estimate_config(state.config)
 
 
 def check_status(run_id: str | None = None) -> RunStatus:

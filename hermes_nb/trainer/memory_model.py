@@ -168,6 +168,13 @@ def activation_bytes(sizes: ModelSizes, shape: StepShape, compute_bytes: int) ->
     # and the attention output (2 q + 2 kv widths), o's output and the residual (2 x hidden), gate, up, the
     # activation and its product (4 x intermediate).
     per_layer = 6 * sizes.hidden_size + 2 * sizes.q_width + 2 * sizes.kv_width + 4 * sizes.intermediate_size
+    # What a small model shows besides (the embedded model's measured step was 1.8x the terms above): the two
+    # norms' normalised input and its scaled copy (4 x hidden), the rotary embedding's rotated q and k and their
+    # rotate_half copies (2 q + 2 kv widths), and on the CPU, where attention runs the math path, its scores and
+    # probabilities ([heads, T, T] each per sequence: 2 x heads x T per token).
+    per_layer += 4 * sizes.hidden_size + 2 * sizes.q_width + 2 * sizes.kv_width
+    if shape.device == "cpu":
+        per_layer += 2 * sizes.num_attention_heads * shape.sequence_tokens
     if shape.gradient_checkpointing:
         # Each layer's input kept, one layer's activations recomputed at a time.
         return tokens * compute_bytes * (sizes.num_hidden_layers * sizes.hidden_size + per_layer)

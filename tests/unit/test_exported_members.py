@@ -24,6 +24,7 @@ EXPECTED = {
     "rl_compare_runs",
     "rl_delete_run",
     "rl_edit_config",
+    "rl_estimate_run",
     "rl_get_current_config",
     "rl_get_results",
     "rl_get_samples",

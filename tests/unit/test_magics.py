@@ -22,6 +22,7 @@ from hermes_nb.notebook.magics import HermesNB
 from hermes_nb.notebook.widgets.live_plot import LivePlot
 from hermes_nb.protocol.run_state import ProcessRecord
 from hermes_nb.runs.commands import rl_tail_logs
+from hermes_nb.runs.estimate import RunEstimate
 from hermes_nb.runs.table.results import LogTail, RunStatus, StartResult
 from hermes_nb.selection.results import ConfigView, EnvironmentList, SelectionResult
 from hermes_nb.syncio import run_sync
@@ -181,6 +182,14 @@ def test_rl_start_passes_overrides_and_becomes_the_default_run(
     line(ip, "rl_start total_steps=5 trainer.learning_rate=1e-3")
     assert calls == [{"total_steps": "5", "trainer.learning_rate": "1e-3"}]
     assert line(ip, "rl_status").run_id == OLDER
+
+
+def test_rl_estimate_passes_overrides_and_shows_the_estimate(ip: InteractiveShell) -> None:
+    line(ip, "rl_select arithmetic")
+    result = line(ip, "rl_estimate total_steps=7 group_size=8")
+    assert isinstance(result, RunEstimate)
+    assert result.total_steps == 7 and result.fits
+    assert run_sync(rl_get_current_config()).values()["env.total_steps"] != 7  # an estimate saves nothing
 
 
 def test_rl_watch_plots_the_default_run(ip: InteractiveShell) -> None:
