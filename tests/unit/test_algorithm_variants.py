@@ -21,11 +21,11 @@ from hermes_nb.metrics.logger import MetricsLogger
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.trajectory import TRUNCATED_OVERRIDE, ScoredDataGroup
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer.advantages import normalized_scores, with_batch_advantages
-from hermes_nb.trainer.dynamic_sampling import MAX_PULLS_PER_STEP, DynamicSampling
-from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.loop import LoopSettings, checkpoint_kind, run_training, train_step
-from hermes_nb.trainer.schedule import learning_rate_at
+from hermes_nb.trainer.batches.dynamic_sampling import MAX_PULLS_PER_STEP, DynamicSampling
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.run.loop import LoopSettings, checkpoint_kind, run_training, train_step
+from hermes_nb.trainer.step.advantages import normalized_scores, with_batch_advantages
+from hermes_nb.trainer.step.schedule import learning_rate_at
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput
 
 torch.set_num_threads(1)
