@@ -32,8 +32,8 @@ import torch
 from hermes_nb.inference import sampler
 from hermes_nb.system.home import embedded_base_model_dir
 from hermes_nb.testing import TOKENIZER_FILES
-from hermes_nb.trainer import local_backend
-from hermes_nb.trainer.local_backend import LocalBackend
+from hermes_nb.trainer.local import local_backend
+from hermes_nb.trainer.local.local_backend import LocalBackend
 from hermes_nb.trainer.types import AdamParams, Datum
 
 # The shape the issue names for the embedded chat model; intermediate 3x hidden as in the shipped base model.

@@ -83,7 +83,7 @@ async def one_round(engine: Any, weights: dict[str, torch.Tensor], version: int,
 
 
 async def bench_size(size: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from hermes_nb.trainer.local_backend import LocalBackend
+    from hermes_nb.trainer.local.local_backend import LocalBackend
 
     directory = model_dir(size, root)
     backend = LocalBackend(directory, device=args.device, dtype="auto")

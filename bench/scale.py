@@ -11,7 +11,7 @@ Figures: median seconds per step (steps 2 to ``--steps``; TRL's from its ``on_st
 per second (hermes-nb's ``train/tokens_per_second``), the peak resident memory of hermes-nb's trainer process and
 of its sampler child (``VmHWM``, read just before the run is stopped) and of TRL's process (its ``ru_maxrss``;
 TRL samples in the process that trains), and the memory model's prediction for the trainer
-(``hermes_nb.trainer.memory_model``, its peak without the sampler).
+(``hermes_nb.trainer.local.memory_model``, its peak without the sampler).
 
     .venv/bin/python bench/scale.py [--rungs 4M 30M 120M 500M] [--modes full lora] [--steps 5] [--rounds 1]
 """
@@ -243,7 +243,7 @@ def run_trl(model_dir: Path, lora: bool, steps: int) -> dict[str, float]:
 
 
 def predicted_mib(model_dir: Path, lora: bool) -> float:
-    from hermes_nb.trainer.memory_model import StepShape, estimate, model_sizes
+    from hermes_nb.trainer.local.memory_model import StepShape, estimate, model_sizes
 
     # The longest arithmetic prompt is ~12 tokens of the base tokenizer; with the completion, 20 is an upper bound.
     shape = StepShape(sequences=BATCH_SIZE, sequence_tokens=15 + MAX_COMPLETION, lora_rank=LORA_RANK if lora else 0)

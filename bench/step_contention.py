@@ -38,8 +38,8 @@ def replay_seconds(run_id: str) -> dict[int, float]:
     from hermes_nb.config import RunConfig
     from hermes_nb.protocol.recorded_batches import read_trajectories
     from hermes_nb.system.home import embedded_base_model_dir, run_paths
-    from hermes_nb.trainer.local_backend import LocalBackend
-    from hermes_nb.trainer.loop import train_step
+    from hermes_nb.trainer.local.local_backend import LocalBackend
+    from hermes_nb.trainer.run.loop import train_step
 
     torch.set_num_threads(1)  # the run's trainer: half of two cores (trainer.main.default_torch_threads)
     paths = run_paths(run_id)

@@ -26,7 +26,7 @@ def make_backend(config: RunConfig) -> TrainingBackend:
         from hermes_nb.tinker.backend import TinkerBackend
 
         return TinkerBackend(config)
-    from hermes_nb.trainer.local_backend import LocalBackend
+    from hermes_nb.trainer.local.local_backend import LocalBackend
 
     return LocalBackend(
         model_dir_for(trainer.base_model),

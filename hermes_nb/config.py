@@ -24,7 +24,7 @@ EMBEDDED_BASE_MODEL = "embedded"
 # The shipped Qwen3 chat model with a tool-calling template (agent environments; docs/chat_model.md).
 EMBEDDED_CHAT_MODEL = "embedded-chat"
 
-# How per-token losses become the batch's loss, by TRL's names (GRPOConfig.loss_type); hermes_nb.trainer.losses.
+# How per-token losses become the batch's loss, by TRL's names (GRPOConfig.loss_type); hermes_nb.trainer.step.losses.
 LossAggregation = Literal["dapo", "bnpo", "grpo", "dr_grpo"]
 ImportanceSamplingLevel = Literal["token", "sequence"]
 RewardScaling = Literal["group", "batch", "none"]

@@ -4,7 +4,7 @@ An objective is what sets it apart from the others: its surrogate (the per-token
 from the importance ratio ``r``, the advantage ``A`` and the current logprob), where it clips (counted in the
 clip-fraction diagnostics), the upper clip range it takes when ``trainer.epsilon_high`` is unset, and the training
 backends that can compute it. What every objective shares (the ratio and its level, truncated importance sampling,
-the KL penalty, the aggregation) is ``hermes_nb.trainer.losses.policy_loss_sum``.
+the KL penalty, the aggregation) is ``hermes_nb.trainer.step.losses.policy_loss_sum``.
 
 Why here, below ``config.py``: the config's choices of ``trainer.loss`` and its checks, the Tinker route's refusals
 (``hermes_nb.tinker.algorithms``) and the loss read this one table, and the config cannot import the trainer. The

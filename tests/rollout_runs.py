@@ -16,7 +16,7 @@ from hermes_nb.protocol.run_state import RunState
 from hermes_nb.protocol.trajectory import CORRECT_OVERRIDE, MASK_IGNORE, ScoredDataGroup
 from hermes_nb.runs.supervision.state_file import write_run_state
 from hermes_nb.system.home import run_paths
-from hermes_nb.trainer.checkpoints import record_batch
+from hermes_nb.trainer.run.checkpoints import record_batch
 
 TOOL_RUN = "20260102-000000-toolcallsx"
 T0 = 1_700_000_000.0

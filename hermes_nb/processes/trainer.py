@@ -1,5 +1,5 @@
 """``python -m hermes_nb.processes.trainer --config RUN_DIR/config.yaml``: the trainer process, with every backend
-(``hermes_nb.backends.PARTS``); what it does is ``hermes_nb.trainer.main.run``.
+(``hermes_nb.backends.PARTS``); what it does is ``hermes_nb.trainer.run.main.run``.
 
 Exit codes: 0 after ``total_steps`` or a clean stop (SIGTERM/SIGINT: the current step finishes, a ``stop``
 checkpoint is saved, ``stopped`` is logged); 2 for a user error (one line in the log); ``DISK_FULL_EXIT`` (74)
@@ -21,7 +21,7 @@ from hermes_nb.backends import PARTS
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import HermesNBError
 from hermes_nb.system.disk import DISK_FULL_EXIT, DiskFullError
-from hermes_nb.trainer.main import run
+from hermes_nb.trainer.run.main import run
 
 # The trainer's log lines keep the name they always had, whichever module writes them.
 logger = logging.getLogger("hermes_nb.trainer")

@@ -31,7 +31,7 @@ TRAIN_WAIT_SECONDS = "train/wait_seconds"
 TRAIN_COMPUTE_SECONDS = "train/compute_seconds"
 # The share of a step's batch that came from a replayed earlier run (transfer learning).
 TRAIN_REPLAY_FRACTION = "train/replay_fraction"
-# The algorithm's view of a step (hermes_nb.trainer.losses, .loop): the spread of the batch's scores, the KL to
+# The algorithm's view of a step (hermes_nb.trainer.step.losses, .loop): the spread of the batch's scores, the KL to
 # the reference policy (only with trainer.beta > 0), the mean entropy of the policy at the trained positions, the
 # share of trained tokens whose ratio was clipped below (advantage < 0) or above (advantage > 0), completion lengths
 # in tokens, the share of completions cut off at max_token_length, groups without signal dropped from the batch
@@ -42,7 +42,7 @@ TRAIN_REWARD_MIN = "train/reward_min"
 TRAIN_REWARD_MAX = "train/reward_max"
 TRAIN_KL = "train/kl"
 # On-policy distillation (trainer.teacher_model): the mean over trained tokens of log p_student - log p_teacher on
-# the sampled tokens, the per-token reverse KL to the teacher (hermes_nb.trainer.distillation).
+# the sampled tokens, the per-token reverse KL to the teacher (hermes_nb.trainer.step.distillation).
 TRAIN_TEACHER_KL = "train/teacher_kl"
 TRAIN_ENTROPY = "train/entropy"
 TRAIN_CLIP_FRACTION_LOW = "train/clip_fraction_low"

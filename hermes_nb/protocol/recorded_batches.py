@@ -1,7 +1,7 @@
 """``trajectories.jsonl.gz``: the batches a run trained on, one gzip member per step.
 
 Each member is one JSON line, ``{"step": N, "groups": [ScoredDataGroup, ...]}``, the groups as the trainer used them
-(with the per-token ``advantages`` it trained with). Members are appended whole (``hermes_nb.trainer.checkpoints``
+(with the per-token ``advantages`` it trained with). Members are appended whole (``hermes_nb.trainer.run.checkpoints``
 writes them); a reader skips a truncated last member, which is what a crash mid-write leaves. Read by the rollout
 viewer, replay (transfer) and the damage check of a run that ended.
 """

@@ -1,4 +1,4 @@
-"""Reading the samples of a step from a run's ``trajectories.jsonl.gz`` (``hermes_nb.trainer.checkpoints``).
+"""Reading the samples of a step from a run's ``trajectories.jsonl.gz`` (``hermes_nb.trainer.run.checkpoints``).
 
 Scores, verdicts and advantages are the recorded ones (``ScoredDataGroup.verdicts`` says what correct means; the
 trainer records each group with the per-token advantages it trained with). The text is the

@@ -33,7 +33,7 @@ from hermes_nb.system.home import run_paths
 from hermes_nb.system.hub import hub_snapshots
 from hermes_nb.system.processes import spawn_group
 from hermes_nb.trainer.backend import model_dir_for
-from hermes_nb.trainer.model_support import check_base_model
+from hermes_nb.trainer.local.model_support import check_base_model
 
 # The intermediate launcher process forks the supervisor (or a sweep's driver) and exits; it never takes long.
 SUPERVISOR_DETACH_TIMEOUT = 30.0

@@ -46,7 +46,7 @@ elif sys.argv[1] == "full":
     try:
         import vllm
         import torch
-        import hermes_nb.backends, hermes_nb.inference.vllm_engine, hermes_nb.trainer.main
+        import hermes_nb.backends, hermes_nb.inference.vllm_engine, hermes_nb.trainer.run.main
         answer["vllm"] = vllm.__version__
         answer["cuda"] = bool(torch.cuda.is_available())
     except Exception as exc:

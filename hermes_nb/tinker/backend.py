@@ -261,7 +261,7 @@ class TinkerBackend:
 
     def load_state(self, path: Path) -> dict[str, Any]:
         """Resume: weights and optimizer from the checkpoint's Tinker state; returns its ``extra``."""
-        from hermes_nb.trainer.local_backend import load_trainer_state
+        from hermes_nb.trainer.local.local_backend import load_trainer_state
 
         saved = read_checkpoint(path)
         if saved is None:
@@ -314,7 +314,7 @@ class TinkerBackend:
     def watch(self, stop: threading.Event) -> None:
         """Until ``stop`` is set: probe the server while the trainer waits for batches (no call of its own would
         notice the server going away then). Once it has been away for ``tinker.give_up_after_s``, the error is
-        kept in ``fault`` and ``stop`` is set; the trainer then raises ``fault`` (``hermes_nb.trainer.main``)."""
+        kept in ``fault`` and ``stop`` is set; the trainer then raises ``fault`` (``hermes_nb.trainer.run.main``)."""
         threading.Thread(target=self._watch, args=(stop,), name="tinker-watch", daemon=True).start()
 
     def _watch(self, stop: threading.Event) -> None:

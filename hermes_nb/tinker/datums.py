@@ -1,7 +1,7 @@
 """hermes-nb's datums in Tinker's shape, and the figures of a step computed from what Tinker returns.
 
 Tinker's ``importance_sampling`` and ``ppo`` losses *sum* over tokens and take no mask. hermes-nb's losses are the
-token-mean over the batch's trained tokens (``hermes_nb.trainer.losses``), so the learning rate means the same on
+token-mean over the batch's trained tokens (``hermes_nb.trainer.step.losses``), so the learning rate means the same on
 both backends: each trained position's advantage is divided by the batch's trained-token count, and untrained
 positions (the prompt) get advantage 0, which removes them from the loss and its gradient exactly as a mask would.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_nb.trainer.losses import policy_loss_sum
+from hermes_nb.trainer.step.losses import policy_loss_sum
 from hermes_nb.trainer.types import Datum, ForwardBackwardOutput, LossConfig
 
 

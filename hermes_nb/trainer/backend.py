@@ -37,13 +37,13 @@ class TrainingBackend(Protocol):
 
     def teacher_forward(self, data: list[Datum]) -> list[list[float]]:
         """Logprob of each target token under the distillation's teacher (``trainer.teacher_model``; no gradient),
-        one list per datum (``hermes_nb.trainer.distillation``)."""
+        one list per datum (``hermes_nb.trainer.step.distillation``)."""
         ...
 
     def forward_backward(
         self, data: list[Datum], loss_fn: str, loss_fn_config: LossConfig | None = None
     ) -> ForwardBackwardOutput:
-        """Add the gradient of the batch's loss (``hermes_nb.trainer.losses``); its value and diagnostics."""
+        """Add the gradient of the batch's loss (``hermes_nb.trainer.step.losses``); its value and diagnostics."""
         ...
 
     def optim_step(self, adam: AdamParams) -> OptimStepOutput: ...

@@ -54,8 +54,8 @@ class Datum(BaseModel):
 
 
 class LossConfig(BaseModel):
-    """How ``hermes_nb.trainer.losses`` turns a batch into a loss: the trainer fields of the same names
-    (``hermes_nb.config.TrainerConfig``, built by ``hermes_nb.trainer.loss_settings.loss_config_for``). Tinker's
+    """How ``hermes_nb.trainer.step.losses`` turns a batch into a loss: the trainer fields of the same names
+    (``hermes_nb.config.TrainerConfig``, built by ``hermes_nb.trainer.step.loss_settings.loss_config_for``). Tinker's
     own service fixes ppo's clip range at 0.2 and aggregates by sum."""
 
     model_config = ConfigDict(frozen=True)
@@ -76,7 +76,7 @@ class LossConfig(BaseModel):
 
 class ForwardBackwardOutput(BaseModel):
     """The loss over the whole batch (aggregated by ``LossConfig.loss_type``) and diagnostics (``ratio_mean``,
-    ``clip_fraction_low``, ``entropy``, ``kl``, ...: ``hermes_nb.trainer.losses.LossStats.metrics``)."""
+    ``clip_fraction_low``, ``entropy``, ``kl``, ...: ``hermes_nb.trainer.step.losses.LossStats.metrics``)."""
 
     loss: float
     num_trained_tokens: int
@@ -88,7 +88,7 @@ class AdamParams(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    # 0 is a real step: the first of a warmup (hermes_nb.trainer.schedule), which moves Adam's moments only.
+    # 0 is a real step: the first of a warmup (hermes_nb.trainer.step.schedule), which moves Adam's moments only.
     learning_rate: float = Field(ge=0)
     beta1: float = 0.9
     beta2: float = 0.999

@@ -51,7 +51,7 @@ from hermes_nb.runs.table.results import RunStatus
 from hermes_nb.system import processes
 from hermes_nb.system.home import run_paths
 from hermes_nb.system.secrets import read_run_secret
-from hermes_nb.trainer.checkpoints import TEMP_CHECKPOINT_PREFIX, temp_checkpoint_step
+from hermes_nb.trainer.run.checkpoints import TEMP_CHECKPOINT_PREFIX, temp_checkpoint_step
 
 VICTIMS = ("supervisor", "api", "trainer", "env")
 PHASES = ("startup", "steady", "checkpoint", "stop")

@@ -44,8 +44,8 @@ from hermes_nb.runs.run_dirs import known_run_ids
 from hermes_nb.runs.table.results import StartResult
 from hermes_nb.system.home import embedded_base_model_dir
 from hermes_nb.tinker.backend import TinkerBackend
-from hermes_nb.trainer.checkpoints import save_checkpoint
-from hermes_nb.trainer.main import restore
+from hermes_nb.trainer.run.checkpoints import save_checkpoint
+from hermes_nb.trainer.run.main import restore
 from hermes_nb.trainer.types import AdamParams, Datum
 
 # CPU JAX: the first forward_backward of each batch shape compiles (5-30 s); later ones take ~1 s.

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401 - their import is not the step's memory
 
-from hermes_nb.trainer.local_backend import LocalBackend
+from hermes_nb.trainer.local.local_backend import LocalBackend
 from hermes_nb.trainer.types import AdamParams, Datum
 
 

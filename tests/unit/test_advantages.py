@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hermes_nb.protocol.trajectory import ScoredDataGroup
-from hermes_nb.trainer.advantages import group_data, has_signal, normalized_scores, token_advantages
+from hermes_nb.trainer.step.advantages import group_data, has_signal, normalized_scores, token_advantages
 
 
 def _group(scores: list[float], **extra: object) -> ScoredDataGroup:

@@ -36,7 +36,7 @@ from hermes_nb.protocol.metrics import (
     EVAL_POLICY_STEP,
 )
 from hermes_nb.protocol.trajectory import MASK_IGNORE, PROMPT_LOGPROB, ScoredDataGroup
-from hermes_nb.trainer.advantages import group_data
+from hermes_nb.trainer.step.advantages import group_data
 
 torch.set_num_threads(1)
 

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from hermes_nb.config import ALGORITHM_FIELDS, TrainerConfig
 from hermes_nb.objectives import CISPO
-from hermes_nb.trainer.loss_settings import loss_config_for
+from hermes_nb.trainer.step.loss_settings import loss_config_for
 
 
 def test_every_algorithm_field_is_a_described_trainer_field() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,11 @@ from hermes_nb.metrics.logger import MetricsLogger
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.trajectory import TRUNCATED_OVERRIDE, ScoredDataGroup
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer.advantages import normalized_scores, with_batch_advantages
-from hermes_nb.trainer.dynamic_sampling import MAX_PULLS_PER_STEP, DynamicSampling
-from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.loop import LoopSettings, checkpoint_kind, run_training, train_step
-from hermes_nb.trainer.schedule import learning_rate_at
+from hermes_nb.trainer.batches.dynamic_sampling import MAX_PULLS_PER_STEP, DynamicSampling, with_dynamic_sampling
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.run.loop import LoopSettings, checkpoint_kind, run_training, train_step
+from hermes_nb.trainer.step.advantages import normalized_scores, with_batch_advantages
+from hermes_nb.trainer.step.schedule import learning_rate_at
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput
 
 torch.set_num_threads(1)
@@ -300,6 +301,22 @@ def test_dynamic_sampling_never_pulls_past_the_runs_last_step() -> None:
     source = DynamicSampling(api, batch_size=2, total_steps=3, start_step=1)
     source.next_batch(threading.Event())
     assert api.served == 2 and source.batches_taken() == 2
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A run's bounds as dynamic sampling reads them (``RunBounds``), without the loop's settings."""
+
+    batch_size: int
+    total_steps: int
+    trainer: TrainerConfig
+
+
+def test_dynamic_sampling_wraps_the_source_only_when_the_trainer_asks_for_it() -> None:
+    api = ListSource([[_group(5, [1.0, 0.0])]])
+    assert with_dynamic_sampling(api, Bounds(2, 10, TrainerConfig()), start_step=0) is api
+    wrapped = with_dynamic_sampling(api, Bounds(2, 10, TrainerConfig(dynamic_sampling=True)), start_step=0)
+    assert isinstance(wrapped, DynamicSampling)
 
 
 def test_the_loop_counts_every_pulled_batch_as_a_step_of_the_run(model_dir: Path, tmp_path: Path) -> None:

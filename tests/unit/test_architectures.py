@@ -20,9 +20,9 @@ from hermes_nb.inference.sampler import SampleRow, device_generator, generate
 from hermes_nb.metrics.logger import MetricsLogger
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.trajectory import ScoredDataGroup
-from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.loop import LoopSettings, run_training
-from hermes_nb.trainer.model_support import lora_targets
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.local.model_support import lora_targets
+from hermes_nb.trainer.run.loop import LoopSettings, run_training
 from hermes_nb.trainer.types import AdamParams, Datum
 
 torch.set_num_threads(1)

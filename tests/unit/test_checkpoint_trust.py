@@ -12,8 +12,8 @@ from hermes_nb.config import RunConfig
 from hermes_nb.errors import TransferError
 from hermes_nb.protocol.run_files import TRAINER_STATE_FILE
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer.checkpoints import load_checkpoint, save_checkpoint
-from hermes_nb.trainer.local_backend import LocalBackend
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.run.checkpoints import load_checkpoint, save_checkpoint
 
 torch.set_num_threads(1)
 

@@ -16,8 +16,8 @@ from hermes_nb.protocol.recorded_batches import read_trajectories
 from hermes_nb.protocol.run_files import CHECKPOINTS_FILE, TRAJECTORIES_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer.checkpoints import load_checkpoint, record_batch, save_checkpoint
-from hermes_nb.trainer.local_backend import LocalBackend
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.run.checkpoints import load_checkpoint, record_batch, save_checkpoint
 
 torch.set_num_threads(1)
 

@@ -34,7 +34,7 @@ from hermes_nb.protocol.trajectory import (
     ScoredDataGroup,
     score_is_correct,
 )
-from hermes_nb.trainer.step_metrics import batch_score_metrics
+from hermes_nb.trainer.step.step_metrics import batch_score_metrics
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -28,7 +28,7 @@ from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.runs.supervision.damage import Damage
 from hermes_nb.system.disk import append_record
 from hermes_nb.system.home import PROJECT_ROOT
-from hermes_nb.trainer.checkpoints import record_batch
+from hermes_nb.trainer.run.checkpoints import record_batch
 
 T = TypeVar("T")
 RUN_ID = "20250101-120000-abcdefghjk"

@@ -27,8 +27,8 @@ from hermes_nb.system import home
 from hermes_nb.system.devices import check_device, resolve_hardware
 from hermes_nb.system.net import LOOPBACK, free_port
 from hermes_nb.testing import make_tiny_chat_model, make_tiny_model
-from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.main import run
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.run.main import run
 from hermes_nb.trainer.types import AdamParams, Datum
 
 torch.set_num_threads(1)

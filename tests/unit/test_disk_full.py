@@ -33,8 +33,8 @@ from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.runs.supervision.state_file import write_run_state
 from hermes_nb.system.disk import DiskFullError, append_record, disk_full_errno, free_bytes
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer.checkpoints import load_checkpoint, record_batch, save_checkpoint
-from hermes_nb.trainer.local_backend import LocalBackend
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.run.checkpoints import load_checkpoint, record_batch, save_checkpoint
 
 torch.set_num_threads(1)
 

@@ -16,9 +16,9 @@ from hermes_nb.protocol.tinker import TinkerCheckpoint
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.runs.transfer.resolve import TransferError, resolve_transfer
 from hermes_nb.testing import ModelShape, make_tiny_model
-from hermes_nb.trainer.distillation import with_teacher
-from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.loop import train_step
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.run.loop import train_step
+from hermes_nb.trainer.step.distillation import with_teacher
 from hermes_nb.trainer.types import Datum
 
 torch.set_num_threads(1)

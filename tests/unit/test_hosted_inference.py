@@ -42,7 +42,7 @@ from hermes_nb.model_test.settings import EndpointSettings, EndpointStats
 from hermes_nb.model_test.targets import resolve_targets
 from hermes_nb.protocol.inference import SamplingParams
 from hermes_nb.system import home
-from hermes_nb.trainer.advantages import group_data
+from hermes_nb.trainer.step.advantages import group_data
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer import local_backend
-from hermes_nb.trainer.local_backend import LocalBackend
+from hermes_nb.trainer.local import local_backend
+from hermes_nb.trainer.local.local_backend import LocalBackend
 from hermes_nb.trainer.types import AdamParams, Datum
 
 torch.set_num_threads(1)

@@ -10,9 +10,9 @@ import torch
 from datums import completion_datum
 
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer import losses
-from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.losses import token_logprobs_and_entropy
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.step import losses
+from hermes_nb.trainer.step.losses import token_logprobs_and_entropy
 
 torch.set_num_threads(1)
 VOCAB = 11

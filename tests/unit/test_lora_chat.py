@@ -16,7 +16,7 @@ from hermes_nb.inference.contract import Policy
 from hermes_nb.inference.engine import InferenceEngine
 from hermes_nb.inference.sampler import SampleRow
 from hermes_nb.testing import make_tiny_chat_model
-from hermes_nb.trainer.local_backend import LocalBackend
+from hermes_nb.trainer.local.local_backend import LocalBackend
 from hermes_nb.trainer.types import AdamParams, Datum
 
 torch.set_num_threads(1)

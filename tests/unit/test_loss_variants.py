@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer import local_backend, losses
-from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.losses import (
+from hermes_nb.trainer.local import local_backend
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.step import losses
+from hermes_nb.trainer.step.losses import (
     kl_estimate,
     policy_loss_sum,
     token_logprobs_and_entropy,

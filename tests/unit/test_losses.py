@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from hermes_nb.trainer.losses import policy_loss_sum
+from hermes_nb.trainer.step.losses import policy_loss_sum
 from hermes_nb.trainer.types import LossConfig
 
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""Each loss variant of ``hermes_nb.trainer.losses``, run by the local backend, against TRL 1.16.0's
+"""Each loss variant of ``hermes_nb.trainer.step.losses``, run by the local backend, against TRL 1.16.0's
 ``GRPOTrainer.compute_loss`` on the same model, tokens and logprobs: the loss value, the gradient of every
 parameter and TRL's logged diagnostics (entropy, KL, clip fractions) agree to float32 rounding, on completions of
 uneven lengths and on a packed batch (shared prompts, repeated completions). Measured over every case: loss within
@@ -31,8 +31,8 @@ from ci import skip_or_fail
 
 from hermes_nb.config import embedded_base_model_dir
 from hermes_nb.testing import TOKENIZER_FILES
-from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.packing import can_pack, pack
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.local.packing import can_pack, pack
 from hermes_nb.trainer.types import Datum, LossConfig
 
 try:

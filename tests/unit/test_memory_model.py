@@ -12,7 +12,7 @@ import pytest
 from architectures import make_model
 
 from hermes_nb.config import RunConfig, TrainerConfig
-from hermes_nb.trainer.memory_model import StepShape, estimate, estimate_run, model_sizes
+from hermes_nb.trainer.local.memory_model import StepShape, estimate, estimate_run, model_sizes
 
 UNIT_DIR = Path(__file__).resolve().parent
 # Qwen3-0.6B's widths and vocabulary (its config.json), with 2 of its 28 layers so a CPU step takes seconds.
@@ -35,7 +35,7 @@ def qwen3_06b(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_module_imports_without_torch() -> None:
-    code = "import sys, hermes_nb.trainer.memory_model; print('torch' in sys.modules)"
+    code = "import sys, hermes_nb.trainer.local.memory_model; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     assert out.stdout.strip() == "False"
 

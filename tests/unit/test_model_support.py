@@ -13,7 +13,7 @@ from hermes_nb.config import EnvironmentRef, RunConfig, TrainerConfig
 from hermes_nb.errors import ConfigError
 from hermes_nb.runs.launcher import validate_for_start
 from hermes_nb.system.home import embedded_base_model_dir, shipped_environments_dir
-from hermes_nb.trainer.model_support import check_base_model, tokenizer_max_id
+from hermes_nb.trainer.local.model_support import check_base_model, tokenizer_max_id
 
 SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
 

@@ -30,12 +30,12 @@ from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.testing import make_tiny_model
 from hermes_nb.tinker.algorithms import tinker_field_problem
-from hermes_nb.trainer.advantages import with_batch_advantages
-from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.loop import LoopSettings, run_training
-from hermes_nb.trainer.loss_settings import loss_config_for
-from hermes_nb.trainer.losses import policy_loss_sum
-from hermes_nb.trainer.preparation import prepare_data
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.run.loop import LoopSettings, run_training
+from hermes_nb.trainer.step.advantages import with_batch_advantages
+from hermes_nb.trainer.step.loss_settings import loss_config_for
+from hermes_nb.trainer.step.losses import policy_loss_sum
+from hermes_nb.trainer.step.preparation import prepare_data
 
 torch.set_num_threads(1)
 

@@ -10,9 +10,9 @@ import torch
 
 from hermes_nb.inference.sampler import _TransformersStepper
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer import local_backend
-from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.packing import can_pack, deduplicate, pack
+from hermes_nb.trainer.local import local_backend
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.local.packing import can_pack, deduplicate, pack
 from hermes_nb.trainer.types import Datum, ForwardBackwardOutput
 
 torch.set_num_threads(1)

@@ -21,9 +21,9 @@ from hermes_nb.runs.launcher import initial_state, resolve_infrastructure, valid
 from hermes_nb.system import home
 from hermes_nb.system.home import run_paths
 from hermes_nb.trainer.backend import model_dir_for
-from hermes_nb.trainer.checkpoints import checkpoint_root
-from hermes_nb.trainer.loop import LoopSettings
-from hermes_nb.trainer.registration import registration_for
+from hermes_nb.trainer.run.checkpoints import checkpoint_root
+from hermes_nb.trainer.run.loop import LoopSettings
+from hermes_nb.trainer.run.registration import registration_for
 
 RUN_ID = "20260101-000000-aaaaaaaaaa"
 ENVIRONMENT = EnvironmentRef(

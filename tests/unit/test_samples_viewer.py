@@ -20,7 +20,7 @@ from hermes_nb.notebook.widgets.samples import SamplesViewer
 from hermes_nb.rollouts.commands import rl_get_samples
 from hermes_nb.rollouts.samples import SampleView
 from hermes_nb.syncio import run_sync
-from hermes_nb.trainer.advantages import normalized_scores
+from hermes_nb.trainer.step.advantages import normalized_scores
 
 
 def samples(**options: Any) -> SampleView:
@@ -90,7 +90,7 @@ def test_tool_calls_and_results_are_rendered_as_such(tool_run: str) -> None:
 def test_html_escapes_what_the_model_wrote(tmp_path: Any) -> None:
     from rollout_runs import qa_group
 
-    from hermes_nb.trainer.checkpoints import record_batch
+    from hermes_nb.trainer.run.checkpoints import record_batch
 
     paths = write_state(TOOL_RUN, "completed", total_steps=1)
     record_batch(paths.run_dir, 1, [qa_group("<b>hi</b>", ["<script>x</script>", "ok"], [0.0, 1.0])])
@@ -101,7 +101,7 @@ def test_html_escapes_what_the_model_wrote(tmp_path: Any) -> None:
 def test_a_group_without_messages_shows_its_token_counts(tool_run: str) -> None:
     from rollout_runs import agent_group
 
-    from hermes_nb.trainer.checkpoints import record_batch
+    from hermes_nb.trainer.run.checkpoints import record_batch
 
     record_batch(write_state(TOOL_RUN).run_dir, 3, [agent_group().model_copy(update={"messages": None})])
     view = samples(step=3, n=1)
@@ -208,7 +208,7 @@ def test_without_messages_the_runs_tokenizer_decodes_prompt_and_completion(tool_
     from hermes_nb.config import RunConfig
     from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
     from hermes_nb.system.home import embedded_base_model_dir
-    from hermes_nb.trainer.checkpoints import record_batch
+    from hermes_nb.trainer.run.checkpoints import record_batch
 
     paths = write_state(TOOL_RUN)
     RunConfig().save(paths.config)  # trainer.base_model: the shipped model, whose tokenizer decodes

@@ -27,9 +27,9 @@ from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.runs.supervision.supervisor import TRAINER_MODULE
 from hermes_nb.system.net import free_port
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.loop import LoopSettings, run_training, train_step
-from hermes_nb.trainer.main import wait_for_final_evaluation
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.run.loop import LoopSettings, run_training, train_step
+from hermes_nb.trainer.run.main import wait_for_final_evaluation
 from hermes_nb.trajectory_api.client import SyncTrajectoryClient
 
 torch.set_num_threads(1)

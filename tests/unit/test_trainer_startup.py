@@ -16,7 +16,7 @@ from hermes_nb.errors import HermesNBError
 from hermes_nb.inference.engine import InferenceEngine
 from hermes_nb.system.net import LOOPBACK, free_port
 from hermes_nb.testing import make_tiny_model
-from hermes_nb.trainer.main import run
+from hermes_nb.trainer.run.main import run
 
 torch.set_num_threads(1)
 

@@ -23,17 +23,17 @@ from hermes_nb.protocol.checkpoints import read_checkpoints
 from hermes_nb.protocol.run_files import CHECKPOINTS_FILE, TRAJECTORIES_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.testing import make_tiny_model, shipped_shape
-from hermes_nb.trainer.checkpoints import record_batch, save_checkpoint
-from hermes_nb.trainer.local_backend import LocalBackend
-from hermes_nb.trainer.loop import LoopSettings, run_training, train_step
-from hermes_nb.trainer.main import restore
-from hermes_nb.trainer.replay import (
+from hermes_nb.trainer.batches.replay import (
     ReplayMixer,
     ReplayPool,
     mix_batch,
     read_replay_groups,
     with_replay,
 )
+from hermes_nb.trainer.local.local_backend import LocalBackend
+from hermes_nb.trainer.run.checkpoints import record_batch, save_checkpoint
+from hermes_nb.trainer.run.loop import LoopSettings, run_training, train_step
+from hermes_nb.trainer.run.main import restore
 
 torch.set_num_threads(1)
 TOLERANCE = 1e-6

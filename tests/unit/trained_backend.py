@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hermes_nb.trainer.local_backend import LocalBackend
+from hermes_nb.trainer.local.local_backend import LocalBackend
 from hermes_nb.trainer.types import AdamParams, Datum
 
 

@@ -65,9 +65,9 @@ ROLE_IMPORTS: dict[str, tuple[str, ...]] = {
         "transformers.models.llama.modeling_llama",  # the embedded model's architecture
         "transformers.models.qwen3.modeling_qwen3",  # the embedded chat model's
         "hermes_nb.backends",
-        "hermes_nb.trainer.main",
-        "hermes_nb.trainer.loop",
-        "hermes_nb.trainer.local_backend",
+        "hermes_nb.trainer.run.main",
+        "hermes_nb.trainer.run.loop",
+        "hermes_nb.trainer.local.local_backend",
         "hermes_nb.inference.server",
         "hermes_nb.metrics.logger",
         "hermes_nb.trajectory_api.client",

@@ -57,7 +57,7 @@ def _shown(edits: Mapping[str, Any]) -> str:
 
 
 def _threads_per_run(config: RunConfig) -> int:
-    from hermes_nb.trainer.main import default_torch_threads
+    from hermes_nb.trainer.run.main import default_torch_threads
 
     # The trainer runs two torch workloads side by side (the step and the sampler), each this many threads wide.
     return 2 * (config.trainer.torch_threads or default_torch_threads())

@@ -1,6 +1,7 @@
 """Where the training loop's batches come from: a batch source, and what a source may add (its metrics of the
 batch it handed out, a batch that stands for several of the run's steps). The trajectory API's client is one; the
-replay mix (``hermes_nb.trainer.replay``) and dynamic sampling (``hermes_nb.trainer.dynamic_sampling``) wrap one."""
+replay mix (``hermes_nb.trainer.batches.replay``) and dynamic sampling
+(``hermes_nb.trainer.batches.dynamic_sampling``) wrap one."""
 
 from __future__ import annotations
 

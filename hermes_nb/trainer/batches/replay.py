@@ -30,8 +30,8 @@ from hermes_nb.errors import TransferError
 from hermes_nb.protocol.metrics import TRAIN_REPLAY_FRACTION
 from hermes_nb.protocol.recorded_batches import read_trajectories
 from hermes_nb.protocol.trajectory import ScoredDataGroup, scores_carry_signal
-from hermes_nb.trainer.advantages import ZERO_OVERRIDE
-from hermes_nb.trainer.sources import BatchSource
+from hermes_nb.trainer.batches.sources import BatchSource
+from hermes_nb.trainer.step.advantages import ZERO_OVERRIDE
 
 logger = logging.getLogger(__name__)
 

@@ -3,9 +3,9 @@ registration, loop. Its entry point, arguments, signals and exit codes: ``hermes
 
 Starting point: ``infra.resume_checkpoint`` (weights, optimizer and RNG; steps continue after
 ``infra.start_step``), else ``infra.init_weights`` (weights only), else the base model. With
-``trainer.transfer_learning`` the batches mix in ``infra.replay_trajectories`` (``hermes_nb.trainer.replay``);
+``trainer.transfer_learning`` the batches mix in ``infra.replay_trajectories`` (``hermes_nb.trainer.batches.replay``);
 with ``trainer.dynamic_sampling`` they are filled with groups that carry signal
-(``hermes_nb.trainer.dynamic_sampling``).
+(``hermes_nb.trainer.batches.dynamic_sampling``).
 
 After the final step the process keeps serving the policy while an environment is still registered, for at most
 ``FINAL_EVAL_GRACE`` seconds: the environment's final evaluation samples from this server.
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import HermesNBError, TransferError
 from hermes_nb.protocol.auth import api_secret_from_env
-from hermes_nb.trainer.loop import LoopOutcome
+from hermes_nb.trainer.run.loop import LoopOutcome
 
 if TYPE_CHECKING:
     from hermes_nb.inference.contract import SamplingEngine
@@ -66,7 +66,7 @@ def _metrics_logger(config: RunConfig, run_dir: Path) -> MetricsLogger:
 
 def restore(backend: TrainingBackend, config: RunConfig) -> int:
     """Load ``infra.resume_checkpoint`` into ``backend`` when set; returns the step training continues after."""
-    from hermes_nb.trainer.checkpoints import load_checkpoint
+    from hermes_nb.trainer.run.checkpoints import load_checkpoint
 
     infra = config.infra
     if not infra.resume_checkpoint:
@@ -144,10 +144,10 @@ def run(config: RunConfig, run_dir: Path, stop: threading.Event, parts: BackendP
     import torch
 
     from hermes_nb.inference.contract import Policy
-    from hermes_nb.trainer.dynamic_sampling import with_dynamic_sampling
-    from hermes_nb.trainer.loop import LoopSettings, run_training
-    from hermes_nb.trainer.registration import registration_for
-    from hermes_nb.trainer.replay import with_replay
+    from hermes_nb.trainer.batches.dynamic_sampling import with_dynamic_sampling
+    from hermes_nb.trainer.batches.replay import with_replay
+    from hermes_nb.trainer.run.loop import LoopSettings, run_training
+    from hermes_nb.trainer.run.registration import registration_for
     from hermes_nb.trainer.types import SamplerHandle
     from hermes_nb.trajectory_api.client import SyncTrajectoryClient
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
-from hermes_nb.trainer.advantages import population_std
+from hermes_nb.trainer.step.advantages import population_std
 
 
 def batch_score_metrics(batch: list[ScoredDataGroup]) -> dict[str, float]:

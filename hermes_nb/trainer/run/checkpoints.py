@@ -27,8 +27,8 @@ from hermes_nb.protocol.recorded_batches import encode_batch
 from hermes_nb.protocol.run_files import CHECKPOINTS_DIR, CHECKPOINTS_FILE, CONFIG_FILE, TRAJECTORIES_FILE
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.system.disk import DiskFullError, append_record, disk_full_errno
-from hermes_nb.trainer.advantages import with_token_advantages
 from hermes_nb.trainer.backend import TrainingBackend
+from hermes_nb.trainer.step.advantages import with_token_advantages
 
 # A checkpoint being written: ``<prefix><step>_<ns>`` beside the finished ``step_<N>`` directories. A crash
 # mid-write leaves one behind, never listed; the crash-point tests catch a write in progress by it.

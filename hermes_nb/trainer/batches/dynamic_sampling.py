@@ -1,7 +1,7 @@
 """Dynamic sampling (DAPO, ``trainer.dynamic_sampling``): every step trains on a batch full of groups with signal.
 
 A group carries signal when its scores tell its members apart and no ``set_advantage_to_zero`` override zeroes it
-(``hermes_nb.trainer.replay.carries_signal``); one without gets zero advantage everywhere and moves no weight.
+(``hermes_nb.trainer.batches.replay.carries_signal``); one without gets zero advantage everywhere and moves no weight.
 ``DynamicSampling`` drops such groups from each batch it pulls and pulls more until the groups kept hold at least
 ``batch_size`` sequences; all the kept groups of the last pull are trained on, so a batch can run a few sequences
 over ``batch_size``.
@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Protocol
 
+from hermes_nb.config import TrainerConfig
 from hermes_nb.protocol.metrics import TRAIN_GROUPS_DROPPED
 from hermes_nb.protocol.trajectory import ScoredDataGroup
-from hermes_nb.trainer.loop import LoopSettings
-from hermes_nb.trainer.replay import carries_signal
-from hermes_nb.trainer.sources import BatchSource, ReportingSource
+from hermes_nb.trainer.batches.replay import carries_signal
+from hermes_nb.trainer.batches.sources import BatchSource, ReportingSource
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +87,20 @@ class DynamicSampling:
         return {**self._inner, TRAIN_GROUPS_DROPPED: float(self._dropped)}
 
 
-def with_dynamic_sampling(source: BatchSource, settings: LoopSettings, start_step: int) -> BatchSource:
+class RunBounds(Protocol):
+    """What dynamic sampling reads of the run's settings (the loop's ``LoopSettings``, a floor above, has them)."""
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def total_steps(self) -> int: ...
+
+    @property
+    def trainer(self) -> TrainerConfig: ...
+
+
+def with_dynamic_sampling(source: BatchSource, settings: RunBounds, start_step: int) -> BatchSource:
     """``source`` itself, or wrapped in ``DynamicSampling`` when ``trainer.dynamic_sampling`` asks for it."""
     if not settings.trainer.dynamic_sampling:
         return source

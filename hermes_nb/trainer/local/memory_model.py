@@ -8,7 +8,7 @@ The sizes come from the model's ``config.json``; the rest from what the local ba
 - activations: what autograd keeps per token and layer for the backward pass (a micro-batch at a time); under
   gradient checkpointing, each layer's input plus one layer's activations recomputed;
 - logits: one micro-batch's (``MAX_LOGITS_ELEMENTS`` at most, by sequence) in the compute dtype, and their
-  gradient; the float32 log-softmax runs in blocks of ``LOGITS_CHUNK_ELEMENTS`` (``trainer/losses.py``);
+  gradient; the float32 log-softmax runs in blocks of ``LOGITS_CHUNK_ELEMENTS`` (``trainer/step/losses.py``);
 - the sampler: its copy of the weights in the compute dtype, the state dict published after a step, and the KV
   cache of one batch of sequences (native) or vLLM's share (``trainer.vllm_gpu_memory_utilization`` of the GPU;
   1 GiB on the CPU, vLLM's default ``VLLM_CPU_KVCACHE_SPACE``).
@@ -32,8 +32,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from hermes_nb.config import RunConfig, base_model_dir
-from hermes_nb.trainer.losses import LOGITS_CHUNK_ELEMENTS, MAX_LOGITS_ELEMENTS
-from hermes_nb.trainer.model_support import peft_targets
+from hermes_nb.trainer.local.model_support import peft_targets
+from hermes_nb.trainer.step.losses import LOGITS_CHUNK_ELEMENTS, MAX_LOGITS_ELEMENTS
 
 VLLM_CPU_KV_CACHE_BYTES = 1 << 30  # vLLM's VLLM_CPU_KVCACHE_SPACE default (1 GiB)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

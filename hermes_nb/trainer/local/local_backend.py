@@ -35,7 +35,9 @@ from hermes_nb.inference.fast_forward import supports as lean_forward_supports
 from hermes_nb.inference.sampler import stepper_for
 from hermes_nb.protocol.run_files import TRAINER_STATE_FILE
 from hermes_nb.system.devices import Hardware, resolve_hardware
-from hermes_nb.trainer.losses import (
+from hermes_nb.trainer.local.model_support import lora_targets
+from hermes_nb.trainer.local.packing import PackedBatch, can_pack, pack
+from hermes_nb.trainer.step.losses import (
     MAX_LOGITS_ELEMENTS,
     LossStats,
     LossSums,
@@ -44,8 +46,6 @@ from hermes_nb.trainer.losses import (
     token_logprobs,
     token_logprobs_and_entropy,
 )
-from hermes_nb.trainer.model_support import lora_targets
-from hermes_nb.trainer.packing import PackedBatch, can_pack, pack
 from hermes_nb.trainer.types import AdamParams, Datum, ForwardBackwardOutput, LossConfig, OptimStepOutput, SamplerHandle
 
 logger = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ class LocalBackend:
         self._teacher_weights = Path(teacher_weights) if teacher_weights is not None else None
         self._teacher_model: Any = None  # loaded by the first teacher_forward
         self.model: Any = self._load_model(init_weights)
-        # Shared prompts and repeated completions computed once (exact; hermes_nb.trainer.packing). The packed
+        # Shared prompts and repeated completions computed once (exact; hermes_nb.trainer.local.packing). The packed
         # pass carries a KV cache from one forward call into the next: under gradient checkpointing only the lean
         # forward keeps it (transformers turns its cache off then), so other models (LoRA ones too) run unpacked.
         self.pack_batches = pack_batches and (not gradient_checkpointing or lean_forward_supports(self.model))
@@ -275,7 +275,7 @@ class LocalBackend:
     def _packed_logprobs(self, packed: PackedBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logprobs of each row's continuation targets, and the entropy where they are trained: contexts once into
         a KV cache, then the continuations on top of it, with gradients through both passes
-        (``hermes_nb.trainer.packing``)."""
+        (``hermes_nb.trainer.local.packing``)."""
         with self.hardware.autocast():
             stepper = stepper_for(self.model)  # built now: it fuses this step's weights
             stepper.prefill(packed.context_ids_PC, packed.context_mask_PC, packed.context_positions_PC)
@@ -337,7 +337,7 @@ class LocalBackend:
         if total == 0:
             return ForwardBackwardOutput(loss=0.0, num_trained_tokens=0)
         config = loss_fn_config or LossConfig()
-        # Every datum is a sequence of the batch (grpo and dr_grpo count them; see hermes_nb.trainer.losses).
+        # Every datum is a sequence of the batch (grpo and dr_grpo count them; see hermes_nb.trainer.step.losses).
         normaliser = loss_normaliser(config, total, len(data))
         loss = 0.0
         stats = LossStats()

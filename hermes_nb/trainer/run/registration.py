@@ -7,8 +7,8 @@ import json
 
 from hermes_nb.config import RunConfig, base_model_dir
 from hermes_nb.protocol.trajectory import Registration
-from hermes_nb.trainer.checkpoints import checkpoint_root
-from hermes_nb.trainer.loop import LoopSettings
+from hermes_nb.trainer.run.checkpoints import checkpoint_root
+from hermes_nb.trainer.run.loop import LoopSettings
 
 
 def registration_for(settings: LoopSettings, config: RunConfig, start_step: int) -> Registration:

@@ -1,18 +1,18 @@
 """The training loop: pull a batch, compute advantages, optimizer steps, log, checkpoint, publish weights.
 
 Every piece is a top-level function so tests drive the real code. ``run_training`` owns the step loop and
-returns why it ended; the process wiring (server, signals, exit codes) is in ``hermes_nb.trainer.main``. Around
+returns why it ended; the process wiring (server, signals, exit codes) is in ``hermes_nb.trainer.run.main``. Around
 it: where batches come from (``sources``), a batch into datums (``preparation``), the loss and Adam settings
 (``loss_settings``), a batch's own figures (``step_metrics``), the API registration (``registration``).
 
 A step (``train_step``): advantages by ``trainer.scale_rewards``; the datums prepared
-(``hermes_nb.trainer.preparation``: truncated completions out of the loss with
+(``hermes_nb.trainer.step.preparation``: truncated completions out of the loss with
 ``trainer.mask_truncated_completions``; the trainer's own logprobs before the first pass into
 ``Datum.old_logprobs_T`` with ``trainer.importance_sampling_cap``, the reference policy's into
 ``Datum.reference_logprobs_T`` with ``trainer.beta > 0``); the teacher's term in the advantages with
-``trainer.teacher_model`` (``hermes_nb.trainer.distillation``); then ``trainer.num_iterations`` passes of
+``trainer.teacher_model`` (``hermes_nb.trainer.step.distillation``); then ``trainer.num_iterations`` passes of
 ``forward_backward`` + ``optim_step`` on the same data, so the ratio's denominator is the sampling logprobs (or
-``old_logprobs_T``) on every pass, at the step's learning rate (``hermes_nb.trainer.schedule``). The loss and the
+``old_logprobs_T``) on every pass, at the step's learning rate (``hermes_nb.trainer.step.schedule``). The loss and the
 backend's diagnostics (clip fractions, KL, entropy) are the last pass's; ``train/optimizer_steps`` counts the
 passes of the whole run (a resumed run counts ``num_iterations`` for each step before it, as it cannot know which
 of them had nothing to learn from).
@@ -32,15 +32,15 @@ from hermes_nb.config import RunConfig, TrainerConfig
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.checkpoints import CheckpointKind
 from hermes_nb.protocol.trajectory import ScoredDataGroup
-from hermes_nb.trainer.advantages import with_batch_advantages
 from hermes_nb.trainer.backend import TrainingBackend
-from hermes_nb.trainer.checkpoints import record_batch, save_checkpoint
-from hermes_nb.trainer.distillation import with_teacher
-from hermes_nb.trainer.loss_settings import adam_params, loss_config_for
-from hermes_nb.trainer.preparation import prepare_data
-from hermes_nb.trainer.schedule import learning_rate_at
-from hermes_nb.trainer.sources import BatchSource, ReportingSource, SteppingSource
-from hermes_nb.trainer.step_metrics import batch_score_metrics, batch_shape_metrics, throughput
+from hermes_nb.trainer.batches.sources import BatchSource, ReportingSource, SteppingSource
+from hermes_nb.trainer.run.checkpoints import record_batch, save_checkpoint
+from hermes_nb.trainer.step.advantages import with_batch_advantages
+from hermes_nb.trainer.step.distillation import with_teacher
+from hermes_nb.trainer.step.loss_settings import adam_params, loss_config_for
+from hermes_nb.trainer.step.preparation import prepare_data
+from hermes_nb.trainer.step.schedule import learning_rate_at
+from hermes_nb.trainer.step.step_metrics import batch_score_metrics, batch_shape_metrics, throughput
 from hermes_nb.trainer.types import SamplerHandle
 
 logger = logging.getLogger(__name__)

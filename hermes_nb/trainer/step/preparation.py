@@ -3,14 +3,14 @@
 in before the first one: missing sampling logprobs, the trainer's own (``old_logprobs_T``, with
 ``trainer.importance_sampling_cap``) and the reference policy's (``reference_logprobs_T``, with
 ``trainer.beta > 0``). With ``trainer.teacher_model`` every datum is kept: the teacher's term
-(``hermes_nb.trainer.distillation``) is a signal of its own."""
+(``hermes_nb.trainer.step.distillation``) is a signal of its own."""
 
 from __future__ import annotations
 
 from hermes_nb.config import TrainerConfig
 from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
-from hermes_nb.trainer.advantages import group_data, has_signal
 from hermes_nb.trainer.backend import TrainingBackend
+from hermes_nb.trainer.step.advantages import group_data, has_signal
 from hermes_nb.trainer.types import Datum
 
 
