@@ -1,7 +1,7 @@
 """The pre-run estimate: what a config's run will hold in memory, how long it will take, what it will sample and
 train, and (Tinker) what it will cost, from the config and this machine alone, before anything starts.
 
-Memory comes from ``trainer/memory_model.py`` against what the device has free now (psutil's available memory on
+Memory comes from ``trainer/local/memory_model.py`` against what the device has free now (psutil's available memory on
 the CPU; ``torch.cuda.mem_get_info`` on CUDA). Time comes from earlier runs of the same model and sizes in this
 home (the median ``train/step_seconds`` of their ``metrics.jsonl``), else from a stated per-step cost
 (``STATED_*`` below); the result says which. A price comes only from the user's price table
@@ -27,7 +27,7 @@ from hermes_nb.protocol.metrics import TRAIN_STEP_SECONDS
 from hermes_nb.protocol.run_files import TRAINER_METRICS_FILE
 from hermes_nb.results import Result, format_duration, html_table
 from hermes_nb.system import home
-from hermes_nb.trainer.memory_model import Device, MemoryEstimate, estimate_run
+from hermes_nb.trainer.local.memory_model import Device, MemoryEstimate, estimate_run
 
 PRICES_FILE = "prices.yaml"
 # The fallback when no earlier run matches, fitted to the quickstart (0.12 s a step on 2 shared CPU cores,
