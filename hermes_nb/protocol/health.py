@@ -111,7 +111,16 @@ class RunCost(BaseModel):
         walls = ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in a.wall_seconds.items())
         tokens = f"{a.tokens_sampled or 0} tokens sampled, {a.tokens_trained or 0} trained"
         memory = f"peak memory {a.peak_rss_bytes / 2**20:.0f} MiB"
-        return f"{walls}; {a.cpu_seconds:.0f} CPU-s; {memory}; {tokens}"
+        return f"{walls}; {a.cpu_seconds:.0f} CPU-s; {memory}; {tokens}" + self._estimate_text()
+
+    def _estimate_text(self) -> str:
+        """The estimate's figures beside the actual ones (it models no CPU-seconds and no start phase)."""
+        e = self.estimate
+        if e is None:
+            return ""
+        train = e.wall_seconds.get("train")
+        time_part = "" if train is None else f"train {train:.0f} s, "
+        return f" (estimated: {time_part}peak memory {e.peak_rss_bytes / 2**20:.0f} MiB)"
 
 
 def write_cost(path: Path, cost: RunCost) -> None:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from hermes_nb.config import RunConfig, base_model_dir
 from hermes_nb.errors import ConfigError
 from hermes_nb.metrics.reader import read_all_metrics
+from hermes_nb.protocol.health import CostFigures, ProcessCost
 from hermes_nb.protocol.metrics import TRAIN_STEP_SECONDS
 from hermes_nb.protocol.run_files import TRAINER_METRICS_FILE
 from hermes_nb.results import Result, format_duration, html_table
@@ -287,7 +288,11 @@ def earlier_step_seconds(config: RunConfig) -> list[float]:
         return []
     key = _sizes_key(config)
     seconds: list[float] = []
-    for run_dir in sorted(runs.iterdir(), reverse=True)[:EARLIER_RUNS_READ]:
+    # A started run's own estimate (recorded beside its actual figures) reads only the runs begun before it: run ids
+    # sort by their creation time.
+    own = config.infra.run_id
+    candidates = [d for d in runs.iterdir() if own is None or d.name < own]
+    for run_dir in sorted(candidates, reverse=True)[:EARLIER_RUNS_READ]:
         earlier = _run_config(run_dir)
         if earlier is not None and _sizes_key(earlier) == key:
             seconds += _step_seconds_of(run_dir)
@@ -330,3 +335,16 @@ def _price_of(model: str) -> Price | None:
         return Price.model_validate(entry) if entry is not None else None
     except (yaml.YAMLError, ValidationError) as exc:
         raise ConfigError(f"{path}: {model}: {exc}") from None
+
+
+def estimated_cost(estimate: RunEstimate) -> CostFigures:
+    """The estimate in the shape of a run's actual figures (``cost.json``), so that its error is the difference of
+    the two. What the estimate does not model is left out: CPU-seconds (each process's figure is its memory), and
+    the start phase's seconds."""
+    return CostFigures(
+        wall_seconds={} if estimate.total_seconds is None else {"train": estimate.total_seconds},
+        processes={p.process: ProcessCost(peak_rss_bytes=p.bytes) for p in estimate.processes},
+        tokens_sampled=estimate.tokens_sampled,
+        tokens_trained=estimate.tokens_trained,
+        price_usd=estimate.price_usd,
+    )

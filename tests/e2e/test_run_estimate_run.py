@@ -4,12 +4,14 @@ estimate of the same config reads its time from that run."""
 from __future__ import annotations
 
 import statistics
+import time
 
 import pytest
 from run_helpers import run, wait_for_status
 
-from hermes_nb.api import rl_estimate_run, rl_load_config, rl_start_training
+from hermes_nb.api import rl_check_status, rl_estimate_run, rl_load_config, rl_start_training
 from hermes_nb.metrics.reader import read_all_metrics
+from hermes_nb.protocol.health import read_cost
 from hermes_nb.protocol.metrics import TRAIN_STEP_SECONDS
 from hermes_nb.system import home
 
@@ -39,3 +41,21 @@ def test_the_quickstart_estimate_is_within_2x_of_its_measured_step_time() -> Non
     after = run(rl_estimate_run(total_steps=STEPS))
     assert after.time_source == "earlier runs"
     assert after.seconds_per_step == pytest.approx(measured)
+
+
+def test_a_finished_run_records_its_estimate_beside_what_it_cost() -> None:
+    run(rl_load_config("quickstart"))
+    started = run(rl_start_training(total_steps=STEPS))
+    done = wait_for_status(started.run_id, lambda s: s.is_terminal, TIMEOUT)
+    assert done.status == "completed", done.error
+
+    # The supervisor writes the final record as it exits, just after the terminal status.
+    cost_file = home.run_paths(started.run_id).cost
+    deadline = time.monotonic() + 30
+    while not ((cost := read_cost(cost_file)) and cost.final) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cost is not None and cost.final and cost.estimate is not None
+    assert cost.estimate.wall_seconds["train"] > 0
+    assert cost.estimate.processes["trainer"].peak_rss_bytes > 0
+    assert cost.estimate.tokens_trained == run(rl_estimate_run(total_steps=STEPS)).tokens_trained
+    assert "estimated:" in str(run(rl_check_status(started.run_id)))

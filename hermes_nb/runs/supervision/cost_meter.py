@@ -43,6 +43,8 @@ class CostMeter:
 
     processes: dict[str, ProcessCost] = field(default_factory=dict)
     last_write: float = 0.0
+    # What the run was expected to cost (``runs.estimate.estimated_cost``), written beside the actual figures.
+    estimate: CostFigures | None = None
 
     def sample(self, records: dict[str, ProcessRecord]) -> None:
         for name, record in records.items():
@@ -57,11 +59,13 @@ class CostMeter:
             self.write(paths, state, group_size, final=False)
 
     def write(self, paths: RunPaths, state: RunState, group_size: int, *, final: bool) -> None:
-        """``cost.json`` with the figures so far; the estimate a start recorded there is kept beside them."""
+        """``cost.json`` with the figures so far, and the estimate beside them once there is one (this meter's, or
+        one already recorded there)."""
         self.last_write = time.monotonic()
         earlier = read_cost(paths.cost)
+        estimate = self.estimate or (earlier.estimate if earlier else None)
         actual = run_figures(paths, state, self.processes, group_size)
-        write_cost(paths.cost, RunCost(actual=actual, estimate=earlier.estimate if earlier else None, final=final))
+        write_cost(paths.cost, RunCost(actual=actual, estimate=estimate, final=final))
 
 
 def wall_phases(state: RunState) -> dict[str, float]:

@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 
 from hermes_nb.config import RunConfig
+from hermes_nb.errors import HermesNBError
 from hermes_nb.frameworks import registry
 from hermes_nb.frameworks.contract import ChildCommand, ServeRequest
 from hermes_nb.health import HealthWatch
@@ -32,6 +33,7 @@ from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV
 from hermes_nb.protocol.health import Finding, read_findings
 from hermes_nb.protocol.run_files import PROCESS_NAMES, RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
+from hermes_nb.runs.estimate import estimate_config, estimated_cost
 from hermes_nb.runs.supervision import graces
 from hermes_nb.runs.supervision.cost_meter import CostMeter
 from hermes_nb.runs.supervision.outcomes import Launched, LaunchFailed, LaunchOutcome, StopRequested
@@ -514,11 +516,21 @@ class Supervisor:
             self.record_cost()
 
     def record_cost(self) -> None:
-        """The final ``cost.json``; a disk too full for it loses the record, not the run's ending."""
+        """The final ``cost.json``, with the pre-run estimate beside the actual figures; a disk too full for it
+        loses the record, not the run's ending."""
+        self.estimate_cost()
         try:
             self.meter.write(self.paths, self.state, self.group_size(), final=self.state.is_terminal)
         except OSError as exc:
             log.warning("cost.json not written: %s", exc)
+
+    def estimate_cost(self) -> None:
+        """What ``rl_estimate_run`` would have said of this run, made once it has ended so that it costs the run
+        nothing (it reads only the runs begun before this one). An estimate that cannot be made is left out."""
+        try:
+            self.meter.estimate = estimated_cost(estimate_config(self.config))
+        except (HermesNBError, OSError, ValueError) as exc:
+            log.warning("no estimate beside the run's cost: %s", exc)
 
     def close_api(self) -> None:
         if self.api is not None:
