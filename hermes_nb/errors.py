@@ -21,6 +21,7 @@ Errors that belong to one part are defined beside it (a file name after the clas
       InferenceError (env/inference_client.py)
         InferenceRequestRefused (env/inference_client.py)
       InferenceTestError (model_test/runner.py)
+      JudgeError (env/judge.py)
       LaunchError
       ModelReferenceError (model_test/targets.py)
       NoEnvironmentSelectedError

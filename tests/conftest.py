@@ -28,6 +28,20 @@ def hermes_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _cold_starts() -> Iterator[None]:
+    # Selecting an environment starts a warm kit for the first run. A module-scoped fixture is set up before each
+    # test's own `hermes_home` turns warm starts off, so without this its run would start warm and its kit outlive
+    # the module; a run's warm processes get its environment over their pipe, not in /proc/PID/environ.
+    saved = os.environ.get("HERMES_NB_WARM_START")
+    os.environ["HERMES_NB_WARM_START"] = "0"
+    yield
+    if saved is None:
+        os.environ.pop("HERMES_NB_WARM_START", None)
+    else:
+        os.environ["HERMES_NB_WARM_START"] = saved
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _single_threaded_torch() -> None:
     # Two cores are shared by the test processes and the servers they start.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
