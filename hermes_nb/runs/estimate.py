@@ -31,13 +31,14 @@ from hermes_nb.system import home
 from hermes_nb.trainer.local.memory_model import Device, MemoryEstimate, estimate_run
 
 PRICES_FILE = "prices.yaml"
-# The fallback when no earlier run matches, fitted to the quickstart (0.12 s a step on 2 shared CPU cores,
-# docs/benchmarks.md "Learning"; 0.9M parameters, 128 sequences of at most 64 tokens): half of it a fixed cost
-# (HTTP, batching, the optimizer step), half compute in proportion to parameters x tokens at max_token_length (the
-# config gives no shorter length). One machine's one point, and said to be: a larger model is better estimated
-# from an earlier run of its own. A GPU's compute is taken as 20x two CPU cores'.
-STATED_STEP_OVERHEAD_SECONDS = 0.06
-STATED_SECONDS_PER_PARAMETER_TOKEN = 8.5e-12
+# The fallback when no earlier run matches, fitted to the quickstart on 2 CPU cores (0.9M parameters, 128 sequences
+# of at most 64 tokens): a 40-step run measured 0.051 s a step on a quiet machine and 0.128 under a load of 7, and a
+# long run 0.127 (docs/benchmarks.md), so 0.08 stands within 2x of all three. Half of it a fixed cost (HTTP,
+# batching, the optimizer step), half compute in proportion to parameters x tokens at max_token_length (the config
+# gives no shorter length). One machine's one point, and said to be: a larger model is better estimated from an
+# earlier run of its own. A GPU's compute is taken as 20x two CPU cores'.
+STATED_STEP_OVERHEAD_SECONDS = 0.04
+STATED_SECONDS_PER_PARAMETER_TOKEN = 5.7e-12
 STATED_CUDA_SPEEDUP = 20.0
 # Earlier runs read for step times: enough to find a match, few enough to stay fast in a crowded home.
 EARLIER_RUNS_READ = 50
