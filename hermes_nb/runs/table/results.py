@@ -120,11 +120,16 @@ def health_lines(findings: list[Finding]) -> list[str]:
     return [f"  health: {finding.text()}" for finding in findings]
 
 
-def health_html(findings: list[Finding]) -> str:
-    if not findings:
+def _warning_list_html(label: str, texts: list[str]) -> str:
+    """A labelled list of warnings (health findings, damage), or nothing when there are none."""
+    if not texts:
         return ""
-    items = "".join(f"<li>{html.escape(finding.text())}</li>" for finding in findings)
-    return f"<div style='color:#a50'><b>health:</b><ul>{items}</ul></div>"
+    items = "".join(f"<li>{html.escape(text)}</li>" for text in texts)
+    return f"<div style='color:#a50'><b>{label}:</b><ul>{items}</ul></div>"
+
+
+def health_html(findings: list[Finding]) -> str:
+    return _warning_list_html("health", [finding.text() for finding in findings])
 
 
 def _cost_lines(cost: RunCost | None) -> list[str]:
@@ -136,10 +141,7 @@ def _damage_lines(damaged: list[Damage]) -> list[str]:
 
 
 def _damage_html(damaged: list[Damage]) -> str:
-    if not damaged:
-        return ""
-    items = "".join(f"<li>{html.escape(str(damage))}</li>" for damage in damaged)
-    return f"<div style='color:#a50'><b>damaged:</b><ul>{items}</ul></div>"
+    return _warning_list_html("damaged", [str(damage) for damage in damaged])
 
 
 class StartResult(Result):
