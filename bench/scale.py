@@ -90,8 +90,8 @@ def make_rung(directory: Path, rung: str) -> Path:
 
 
 def _children(pid: int) -> list[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    return [int(c) for c in path.read_text().split()] if path.is_file() else []
+    """Every thread's children: the sampler is forked by a thread other than the main one."""
+    return [int(c) for path in Path(f"/proc/{pid}/task").glob("*/children") for c in path.read_text().split()]
 
 
 def _peak_bytes(pid: int) -> int:
@@ -101,22 +101,13 @@ def _peak_bytes(pid: int) -> int:
     return 0
 
 
-def _ppid(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
 def trainer_pid(run_id: str) -> int | None:
-    """The run's trainer process: its command line names the run's config (warm starts are off here); its forked
-    sampler child has the same command line, so the one whose parent is not a match."""
-    matches = set()
-    for proc in Path("/proc").iterdir():
-        try:
-            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if "hermes_nb.trainer" in cmdline and run_id in cmdline:
-            matches.add(int(proc.name))
-    return next((pid for pid in matches if _ppid(pid) not in matches), None)
+    """The run's trainer process, as its run state records it (its forked sampler is its child)."""
+    from hermes_nb.protocol.run_state import read_run_state
+    from hermes_nb.system.home import run_paths
+
+    record = read_run_state(run_paths(run_id).run_dir).processes.get("trainer")
+    return record.pid if record is not None else None
 
 
 def start_run(model_dir: Path, lora: bool) -> Any:
@@ -285,7 +276,7 @@ def main() -> None:
         return
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ["HERMES_NB_ENV_PATH"] = str(ROOT / "bench" / "environments")  # digits.py
-    os.environ["HERMES_NB_WARM_START"] = "0"  # the trainer is found by its command line (trainer_pid)
+    os.environ["HERMES_NB_WARM_START"] = "0"  # every rung starts as the first run of a kernel does, cold
     with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as scratch:
         os.environ["HERMES_NB_HOME"] = home
         for rung in args.rungs:
