@@ -27,13 +27,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from learning import parse_overrides  # bench/ is on the path when a bench runs as a script
-from transfer import QUICKSTART, ROOT, Arm, collect, pct, start, stop_all, wait_all
+from transfer import QUICKSTART, ROOT, Arm, in_fresh_home, pct, run_together
 
 ENVIRONMENT = "arithmetic"
 SECTION = "## On-policy distillation"
@@ -90,19 +89,6 @@ def arm_overrides(plan: Plan, name: str, teacher_run: str) -> dict[str, Any]:
     return {}
 
 
-def run_arms(named: dict[str, dict[str, Any]]) -> dict[str, Arm]:
-    arms: list[Arm] = []
-    try:
-        for name, overrides in named.items():
-            arms.append(start(name, overrides))
-        wait_all(arms)
-    finally:
-        stop_all(arms)
-    for arm in arms:
-        collect(arm)
-    return {arm.name: arm for arm in arms}
-
-
 def bench_seed(plan: Plan, seed: int) -> SeedOutcome:
     from hermes_nb import run_sync
     from hermes_nb.api import rl_load_config, rl_select_environment
@@ -110,10 +96,10 @@ def bench_seed(plan: Plan, seed: int) -> SeedOutcome:
     run_sync(rl_select_environment(ENVIRONMENT))
     run_sync(rl_load_config(QUICKSTART))
     print(f"seed {seed}: teacher, {plan.teacher_steps} steps", flush=True)
-    teacher = run_arms({"teacher": run_overrides(plan, seed, plan.teacher_steps)})["teacher"]
+    teacher = run_together({"teacher": run_overrides(plan, seed, plan.teacher_steps)})["teacher"]
     print(f"seed {seed}: three students, {plan.student_steps} steps, together", flush=True)
     base = run_overrides(plan, seed, plan.student_steps)
-    arms = run_arms({name: {**base, **arm_overrides(plan, name, teacher.run_id)} for name in ARMS})
+    arms = run_together({name: {**base, **arm_overrides(plan, name, teacher.run_id)} for name in ARMS})
     return SeedOutcome(seed=seed, teacher=teacher, arms=arms, load=os.getloadavg()[0])
 
 
@@ -205,9 +191,7 @@ def main() -> None:
     print(header, flush=True)
     lines, outcomes = [header], []
     for seed in plan.seeds:
-        with tempfile.TemporaryDirectory(prefix="hermes-nb-distillation-") as tmp:
-            os.environ["HERMES_NB_HOME"] = tmp
-            outcome = bench_seed(plan, seed)
+        outcome = in_fresh_home("distillation", bench_seed, plan, seed)
         outcomes.append(outcome)
         lines += seed_lines(plan, outcome)
         print("\n".join(seed_lines(plan, outcome)), flush=True)

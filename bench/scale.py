@@ -37,9 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "bench" / "environments"))
 
+from vs_trl import BATCH_SIZE, GROUP_SIZE, grpo_config  # noqa: E402  (the race's shape and TRL config)
+
 # The learning problem: vs_trl.py's shape (group 16, 128 completions a step, at most 5 completion tokens).
-GROUP_SIZE = 16
-BATCH_SIZE = 128
 MAX_COMPLETION = 5
 LEARNING_RATE = 1e-4
 
@@ -164,7 +164,7 @@ def trl_child(model_dir: Path, lora: bool, steps: int) -> None:
     from datasets import Dataset
     from digits import DigitsEnv
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from hermes_nb.env import BaseEnvConfig
 
@@ -189,25 +189,12 @@ def trl_child(model_dir: Path, lora: bool, steps: int) -> None:
 
         peft_config = peft.LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK)  # peft's targets, as hermes-nb's
     with tempfile.TemporaryDirectory() as out:
-        config = GRPOConfig(
-            output_dir=out,
-            per_device_train_batch_size=BATCH_SIZE,
-            num_generations=GROUP_SIZE,
+        config = grpo_config(
+            out,
             learning_rate=LEARNING_RATE,
-            lr_scheduler_type="constant",
-            max_grad_norm=1.0,
-            beta=0.0,
-            loss_type="dapo",
-            scale_rewards="group",
             temperature=1.0,
             max_completion_length=env.max_completion_tokens(),
             max_steps=steps,
-            use_cpu=True,
-            bf16=False,
-            gradient_checkpointing=False,
-            report_to="none",
-            save_strategy="no",
-            disable_tqdm=True,
         )
         GRPOTrainer(
             model=AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32),

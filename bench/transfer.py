@@ -43,10 +43,11 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from learning import parse_overrides  # bench/ is on the path when a bench runs as a script
 
@@ -57,6 +58,9 @@ ARITHMETIC_FILE = ROOT / "environments" / "arithmetic.py"
 A_OPERATION = "add"
 TARGET_STEP_RATIO = 0.5  # issue 6: from A needs at most half the steps the base model needs
 POLL_SECONDS = 1.0
+
+P = TypeVar("P")  # a bench's plan
+T = TypeVar("T")  # what one seed of it gives
 # One torch thread per trainer: the three B runs share two cores with other jobs; more threads would only thrash.
 TORCH_THREADS = 1
 SECTION = "## Transfer learning"
@@ -196,28 +200,36 @@ def collect(arm: Arm) -> None:
     arm.checkpoint = checkpoints[-1].path if checkpoints else None
 
 
-def train_a(plan: Plan, seed: int) -> Arm:
-    a = start("A", run_overrides(plan, seed, A_OPERATION, plan.a_steps))
-    try:
-        wait_all([a])
-    finally:
-        stop_all([a])
-    collect(a)
-    return a
+def in_fresh_home(bench: str, bench_seed: Callable[[P, int], T], plan: P, seed: int) -> T:
+    """One seed of a bench in a home of its own, so no run, checkpoint or warm kit of another seed is seen."""
+    with tempfile.TemporaryDirectory(prefix=f"hermes-nb-{bench}-") as tmp:
+        os.environ["HERMES_NB_HOME"] = tmp
+        os.environ.setdefault("WANDB_MODE", "offline")
+        return bench_seed(plan, seed)
 
 
-def train_b(plan: Plan, seed: int, a: Arm) -> dict[str, Arm]:
-    base = run_overrides(plan, seed, plan.b_operation, plan.b_steps)
+def run_together(named: dict[str, dict[str, Any]]) -> dict[str, Arm]:
+    """Start one run per name with its overrides, all at once; wait for every one to end, stop what is left on
+    the way out, and read each one's figures."""
     arms: list[Arm] = []
     try:
-        for name in ARMS:
-            arms.append(start(name, {**base, **arm_overrides(plan, name, a.run_id)}))
+        for name, overrides in named.items():
+            arms.append(start(name, overrides))
         wait_all(arms)
     finally:
         stop_all(arms)
     for arm in arms:
         collect(arm)
     return {arm.name: arm for arm in arms}
+
+
+def train_a(plan: Plan, seed: int) -> Arm:
+    return run_together({"A": run_overrides(plan, seed, A_OPERATION, plan.a_steps)})["A"]
+
+
+def train_b(plan: Plan, seed: int, a: Arm) -> dict[str, Arm]:
+    base = run_overrides(plan, seed, plan.b_operation, plan.b_steps)
+    return run_together({name: {**base, **arm_overrides(plan, name, a.run_id)} for name in ARMS})
 
 
 def bench_seed(plan: Plan, seed: int) -> SeedOutcome:
@@ -471,10 +483,7 @@ def main() -> None:
     lines = [header]
     outcomes = []
     for seed in plan.seeds:
-        with tempfile.TemporaryDirectory(prefix="hermes-nb-transfer-") as tmp:
-            os.environ["HERMES_NB_HOME"] = tmp
-            os.environ.setdefault("WANDB_MODE", "offline")
-            outcome = bench_seed(plan, seed)
+        outcome = in_fresh_home("transfer", bench_seed, plan, seed)
         outcomes.append(outcome)
         for line in seed_lines(plan, outcome):
             print(line, flush=True)

@@ -199,6 +199,30 @@ def hermes_curve(paths: Any, called: float) -> Curve | None:
 # ---- TRL ----------------------------------------------------------------------------------------------------
 
 
+def grpo_config(output_dir: str, **fields: Any) -> Any:
+    """TRL's ``GRPOConfig`` for a race against hermes-nb (``fields`` on top): the quickstart's shape (group 16, 128
+    completions a step), a constant learning rate, Adam's grad-norm clip 1.0, no KL term, group-normalised
+    advantages and a token-mean loss (``dapo``), float32 on the CPU, nothing reported or saved."""
+    from trl import GRPOConfig
+
+    shared: dict[str, Any] = {
+        "per_device_train_batch_size": BATCH_SIZE,
+        "num_generations": GROUP_SIZE,
+        "lr_scheduler_type": "constant",
+        "max_grad_norm": 1.0,
+        "beta": 0.0,
+        "loss_type": "dapo",
+        "scale_rewards": "group",
+        "use_cpu": True,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "report_to": "none",
+        "save_strategy": "no",
+        "disable_tqdm": True,
+    }
+    return GRPOConfig(output_dir=output_dir, **{**shared, **fields})
+
+
 def greedy_accuracy(model: Any, tokenizer: Any, items: list[Any]) -> float:
     """The environment's evaluation, in process: greedy, at most MAX_COMPLETION tokens, newline stop."""
     import torch
@@ -249,7 +273,7 @@ def base_accuracy(seed: int) -> float:
 def run_trl(seed: int, lr: float, eval_every: int, target: float, max_seconds: float, max_steps: int) -> Curve:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from hermes_nb.system.home import embedded_base_model_dir
 
@@ -282,27 +306,14 @@ def run_trl(seed: int, lr: float, eval_every: int, target: float, max_seconds: f
     clock = Clock()
     with tempfile.TemporaryDirectory() as out:
         called = time.perf_counter()  # what the user's cell does from here on is TRL's start-up
-        config = GRPOConfig(
-            output_dir=out,
-            per_device_train_batch_size=BATCH_SIZE,
-            num_generations=GROUP_SIZE,
+        config = grpo_config(
+            out,
             learning_rate=lr,
-            lr_scheduler_type="constant",
-            max_grad_norm=1.0,
-            beta=0.0,
-            loss_type="dapo",
-            scale_rewards="group",
             temperature=TEMPERATURE,
             max_completion_length=MAX_COMPLETION,
             max_steps=max_steps,
-            use_cpu=True,
-            bf16=False,
             use_vllm=False,
-            gradient_checkpointing=False,
-            report_to="none",
-            save_strategy="no",
             logging_steps=max_steps,
-            disable_tqdm=True,
             dataloader_num_workers=0,
             seed=seed,
         )
