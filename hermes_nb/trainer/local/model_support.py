@@ -44,6 +44,11 @@ def _causal_class(model_type: str) -> str | None:
     return found if isinstance(found, str) else None
 
 
+def model_architectures(model_dir: Path) -> list[str]:
+    """The model classes ``config.json`` names (``architectures``); empty where it names none."""
+    return [str(name) for name in _read_json(model_dir / "config.json").get("architectures") or []]
+
+
 def architecture_problem(config: dict[str, Any]) -> str | None:
     """Why ``config`` is not a decoder-only causal LM ``AutoModelForCausalLM`` loads; None when it is."""
     model_type = str(config.get("model_type", ""))
