@@ -136,3 +136,12 @@ def test_the_cli_prints_the_estimate(quickstart: RunConfig) -> None:
     answer = json.loads(out.stdout)
     assert (answer["total_steps"], answer["fits"]) == (7, True)
 
+
+def test_the_cli_exits_3_when_the_run_cannot_fit_and_its_help_says_so(quickstart: RunConfig) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    command = [sys.executable, "-m", "hermes_nb.cli", "estimate", "batch_size=65536", "max_token_length=4096"]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 3, out.stderr
+    assert "DOES NOT FIT" in out.stdout and "trainer.gradient_checkpointing" in out.stdout
+    shown = subprocess.run([*command[:4], "--help"], capture_output=True, text=True, env=env, timeout=60)
+    assert "Exit status: 3 when the run cannot fit" in " ".join(shown.stdout.split())
