@@ -307,6 +307,8 @@ COMMANDS: tuple[Command, ...] = (
             Argument("stop_if", "stop a run whose held-out accuracy at STEP is more than POINTS below the best's",
                      flags=("--stop-if",), metavar="STEP:POINTS", parse=_stop_rule),
             Argument("name", "a name for the sweep", flags=("--name",)),
+            Argument("stop_on_health", "stop a variant's run on these health findings, e.g. "
+                     "entropy_collapse,no_signal", flags=("--stop-on-health",), metavar="NAMES", parse=_names),
         ),
         magic="rl_sweep", cli="sweep",
     ),
