@@ -3,7 +3,6 @@ burst of changes stops, and a run that cannot fit named with the fields to chang
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -16,17 +15,15 @@ from hermes_nb.notebook.widgets.monitor import RunMonitor
 from hermes_nb.runs import estimate
 from hermes_nb.runs.estimate import RunEstimate
 from hermes_nb.syncio import run_sync
-from hermes_nb.system import home
+from hermes_nb.system import home, processes
 
 MIB = 1 << 20
 
 
-def wait_until(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
+def estimated(form: ConfigForm) -> bool:
+    """Wait (10 s at most) until no change waits to be estimated; True when none does."""
+    processes.wait_while(lambda: form.estimate.pending, 10.0, poll_seconds=0.01)
+    return not form.estimate.pending
 
 
 @pytest.fixture
@@ -62,7 +59,7 @@ def test_a_burst_of_changes_is_estimated_once_when_it_stops(form: ConfigForm, mo
     monkeypatch.setattr(hermes_nb.runs.service, "estimate_run", counted)
     for steps in (1, 12, 123, 7):  # typing "7" after clearing: four changes of one field
         form.rows["env.total_steps"].input.value = steps
-    wait_until(lambda: calls and not form.estimate.pending)
+    assert estimated(form)
     assert calls == [{"env.total_steps": 7}]
     assert form.estimate.last is not None and form.estimate.last.total_steps == 7
     assert "unapplied edits to env.total_steps: Apply before Start" in form.estimate.widget.value
@@ -70,7 +67,7 @@ def test_a_burst_of_changes_is_estimated_once_when_it_stops(form: ConfigForm, mo
 
 def test_a_value_the_config_refuses_shows_why_there_is_no_estimate(form: ConfigForm) -> None:
     form.rows["env.digits"].input.value = 99
-    wait_until(lambda: not form.estimate.pending and form.estimate.last is None)
+    assert estimated(form) and form.estimate.last is None
     assert "No estimate:" in form.estimate.widget.value and "less than or equal to 6" in form.estimate.widget.value
 
 
