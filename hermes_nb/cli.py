@@ -7,7 +7,9 @@
 result's ``to_dict()``. A user error prints one line to stderr and exits with 2. The subcommands are made from the
 command table (``hermes_nb.command_table``): each parses its arguments, calls the core and prints the result; only a
 command that starts a run (``starts_run``) prints differently: the run's id alone on stdout, and with ``--wait``
-it follows the run to its end (exit 1 if it failed).
+it follows the run to its end (exit 1 if it failed). A command whose answer a script must not read as success
+declares its own exit status (``Command.exit_status``: ``estimate`` exits 3 when the run cannot fit), which its
+``--help`` states.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ def build_parser(table: Sequence[Command] | None = None) -> argparse.ArgumentPar
     parser = argparse.ArgumentParser(prog="hermes-nb", description="RL training of language models, from Jupyter.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in command_table.subcommands() if table is None else table:
-        sub_parser = sub.add_parser(str(command.cli), help=command.help, description=command.help, parents=[common])
+        sub_parser = sub.add_parser(
+            str(command.cli), help=command.help, description=command.help, epilog=_exit_help(command), parents=[common]
+        )
         for argument in command.arguments_for("cli"):
             argument.add_to(sub_parser)
         sub_parser.set_defaults(_command=command)
@@ -65,7 +69,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hermes-nb {command.cli}: interrupted; a started run keeps running", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(_shown(result, args))
-    return 0
+    status = command.exit_status
+    return status.code if status is not None and status.applies(result) else 0
+
+
+def _exit_help(command: Command) -> str | None:
+    status = command.exit_status
+    if status is None:
+        return None
+    return f"Exit status: {status.code} when {status.help}; {EXIT_USER_ERROR} on a user error; else 0."
 
 
 def print_started(result: Any, args: argparse.Namespace) -> int:

@@ -66,6 +66,15 @@ def _stop_rule(text: str) -> dict[str, str]:
     return {"step": step.strip(), "below_best_by": points.strip()}
 
 
+# `hermes-nb estimate`'s exit status when the run cannot fit: 1 and 2 are taken (a followed run failed, a user
+# error), and a script that checks before it starts tells "too big" from "wrong field" by the code alone.
+EXIT_CANNOT_FIT = 3
+
+
+def _cannot_fit(estimate: Any) -> bool:
+    return not estimate.fits
+
+
 def _words(words: list[str]) -> str:
     return " ".join(words)
 
@@ -121,6 +130,16 @@ class Argument:
 
 
 @dataclass(frozen=True)
+class ExitStatus:
+    """A subcommand's exit status when its core answered and the answer is one a script must not read as success
+    (the run it asks about cannot fit): ``code`` where ``applies(result)``, said in the subcommand's ``--help``."""
+
+    code: int
+    applies: Callable[[Any], bool]
+    help: str  # when it is returned, as --help says it: "the run cannot fit in the memory free now"
+
+
+@dataclass(frozen=True)
 class Command:
     name: str  # the core function's name in ``module``: ``rl_*`` for a public one
     module: str
@@ -132,6 +151,7 @@ class Command:
     tool: bool = True  # an LLM-agent tool (hermes_nb.tools)
     starts_run: bool = False  # the result is a started run (StartResult)
     magic_options: Mapping[str, str] = field(default_factory=dict)  # core parameter <- HermesNB option
+    exit_status: ExitStatus | None = None  # the CLI's non-zero exit for an answer (see ExitStatus)
 
     def core(self) -> Callable[..., Any]:
         """The core function, looked up at each call (so a test that replaces it in its module is obeyed)."""
@@ -225,6 +245,7 @@ COMMANDS: tuple[Command, ...] = (
         (Argument("overrides", "config overrides, as for start, e.g. group_size=32", nargs="*",
                   metavar="FIELD=VALUE", parse=_assignments, spread=True),),
         magic="rl_estimate", cli="estimate",
+        exit_status=ExitStatus(EXIT_CANNOT_FIT, _cannot_fit, "the run cannot fit in the memory free now"),
     ),
     Command(
         "rl_check_status", RUNS, "Status of a run: progress, ETA, processes, latest metrics, errors.", (RUN,),
@@ -286,6 +307,8 @@ COMMANDS: tuple[Command, ...] = (
             Argument("stop_if", "stop a run whose held-out accuracy at STEP is more than POINTS below the best's",
                      flags=("--stop-if",), metavar="STEP:POINTS", parse=_stop_rule),
             Argument("name", "a name for the sweep", flags=("--name",)),
+            Argument("stop_on_health", "stop a variant's run on these health findings, e.g. "
+                     "entropy_collapse,no_signal", flags=("--stop-on-health",), metavar="NAMES", parse=_names),
         ),
         magic="rl_sweep", cli="sweep",
     ),

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from hermes_nb.protocol.health import format_usd
 from hermes_nb.protocol.trajectory import ScoredDataGroup
 from hermes_nb.results import Result, html_table
 
@@ -95,6 +96,8 @@ class ModelTestResult(Outcome):
     failed_completions: int = 0  # completions given up on after retries (scored as empty answers)
     prompt_tokens: int = 0  # as the model's usage counts them
     completion_tokens: int = 0
+    # A hosted model's tokens by the user's price table (``runs/prices.py``); None: no entry, or a local model.
+    price_usd: float | None = None
     mean_latency_s: float = 0.0  # per answered request
     step_details: list[StepDetail] = Field(default_factory=list)
     samples: list[SampledAnswer] = Field(default_factory=list)
@@ -222,10 +225,17 @@ def _figures(r: ModelTestResult) -> list[str]:
     return [
         f"{r.format_failures}/{r.completions}",
         f"{r.mean_latency_s:.2f} s" if r.requests else "-",
-        f"{r.total_tokens:,}" if r.requests else "-",
+        _tokens_cell(r),
         str(r.requests),
         r.trouble,
     ]
+
+
+def _tokens_cell(r: ModelTestResult) -> str:
+    """Tokens spent, and what they cost where the user's price table has the model."""
+    if not r.requests:
+        return "-"
+    return f"{r.total_tokens:,}" + ("" if r.price_usd is None else f" ({format_usd(r.price_usd)})")
 
 
 def _text_bar(accuracy: float) -> str:
@@ -303,6 +313,7 @@ def _model_dict(r: ModelTestResult) -> dict[str, Any]:
         "prompt_tokens": r.prompt_tokens,
         "completion_tokens": r.completion_tokens,
         "total_tokens": r.total_tokens,
+        "price_usd": r.price_usd,
         "rate_limited": r.rate_limited,
         "timeouts": r.timeouts,
         "server_errors": r.server_errors,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from hermes_nb.config import BaseEnvConfig, RunConfig
-from hermes_nb.errors import HermesNBError
+from hermes_nb.errors import ConfigError, HermesNBError
 from hermes_nb.frameworks import registry
 from hermes_nb.frameworks.contract import ChildCommand, FrameworkAdapter, ModelTestRequest
 from hermes_nb.model_test.hosted import HostedModelsConfig, how_to_add_hosted_models, load_hosted_config
@@ -45,6 +45,7 @@ from hermes_nb.model_test.settings import EndpointSettings, EndpointStats
 from hermes_nb.model_test.targets import ModelTarget, resolve_targets
 from hermes_nb.protocol.run_files import CONFIG_FILE, INFERENCE_TESTS_DIR
 from hermes_nb.protocol.trajectory import ScoredDataGroup
+from hermes_nb.runs import prices
 from hermes_nb.selection.current import current_run_config
 from hermes_nb.system import home
 from hermes_nb.system.processes import child_environment, failure_message, spawn_group
@@ -236,8 +237,23 @@ def _model_result(
         step_details=details.steps,
         samples=details.samples,
         mean_latency_s=stats.mean_latency_s,
+        price_usd=_price_usd(target, stats),
         **stats.model_dump(exclude={"latency_s", "rate_limit_wait_s", "answered", "last_error"}),
     )
+
+
+def _price_usd(target: ModelTarget, stats: EndpointStats) -> float | None:
+    """A hosted model's tokens by the user's price table (``runs/prices.py``), keyed by the model name sent to the
+    endpoint; None for a local model or one without an entry. A table that cannot be read loses the figure, not
+    the other models' results."""
+    if target.kind != "endpoint" or not target.model_name:
+        return None
+    try:
+        price = prices.price_of(target.model_name)
+    except ConfigError as exc:
+        logger.warning("no price for %s: %s", target.model_name, exc)
+        return None
+    return None if price is None else price.hosted_dollars(stats.prompt_tokens, stats.completion_tokens)
 
 
 def _with_endpoint_trouble(outcome: Outcome, stats: EndpointStats) -> Outcome:

@@ -69,8 +69,10 @@ class ProcessCost(BaseModel):
 
     cpu_seconds: float = 0.0
     peak_rss_bytes: int = 0
-    # Not measured yet: a GPU's seconds need the driver's accounting; None until a backend reports them.
+    # Where the process computes on a GPU (the local trainer on CUDA): its GPU time and peak allocated GPU memory,
+    # read with torch's CUDA API (``trainer/local/gpu_clock.py``). None, not zero, where no GPU is used.
     gpu_seconds: float | None = None
+    gpu_peak_bytes: int | None = None
 
 
 class CostFigures(BaseModel):
@@ -95,6 +97,12 @@ class CostFigures(BaseModel):
     def peak_rss_bytes(self) -> int:
         return max((p.peak_rss_bytes for p in self.processes.values()), default=0)
 
+    @property
+    def gpu_seconds(self) -> float | None:
+        """Every process's GPU-seconds; None where no process used a GPU (not zero: none was measured)."""
+        measured = [p.gpu_seconds for p in self.processes.values() if p.gpu_seconds is not None]
+        return sum(measured) if measured else None
+
 
 class RunCost(BaseModel):
     """``cost.json``: the actual figures (rewritten by the supervisor while the run lives, final once it ends) and,
@@ -111,7 +119,8 @@ class RunCost(BaseModel):
         walls = ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in a.wall_seconds.items())
         tokens = f"{a.tokens_sampled or 0} tokens sampled, {a.tokens_trained or 0} trained"
         memory = f"peak memory {a.peak_rss_bytes / 2**20:.0f} MiB"
-        return f"{walls}; {a.cpu_seconds:.0f} CPU-s; {memory}; {tokens}" + self._estimate_text()
+        parts = [walls, f"{a.cpu_seconds:.0f} CPU-s", *_gpu_parts(a), memory, tokens, *_money_parts(a)]
+        return "; ".join(parts) + self._estimate_text()
 
     def _estimate_text(self) -> str:
         """The estimate's figures beside the actual ones (it models no CPU-seconds and no start phase)."""
@@ -120,7 +129,27 @@ class RunCost(BaseModel):
             return ""
         train = e.wall_seconds.get("train")
         time_part = "" if train is None else f"train {train:.0f} s, "
-        return f" (estimated: {time_part}peak memory {e.peak_rss_bytes / 2**20:.0f} MiB)"
+        money = "".join(f", {part}" for part in _money_parts(e))
+        return f" (estimated: {time_part}peak memory {e.peak_rss_bytes / 2**20:.0f} MiB{money})"
+
+
+def _gpu_parts(figures: CostFigures) -> list[str]:
+    """The GPU figures where a process used one; nothing at all on a CPU run."""
+    seconds = figures.gpu_seconds
+    if seconds is None:
+        return []
+    peak = max((p.gpu_peak_bytes or 0 for p in figures.processes.values()), default=0)
+    return [f"{seconds:.0f} GPU-s", f"peak GPU memory {peak / 2**20:.0f} MiB"]
+
+
+def _money_parts(figures: CostFigures) -> list[str]:
+    return [] if figures.price_usd is None else [format_usd(figures.price_usd)]
+
+
+def format_usd(dollars: float) -> str:
+    """Money as every cost is shown: cents from a dollar up, four decimals below (a short test costs fractions of a
+    cent, which ``$0.00`` would hide)."""
+    return f"${dollars:,.2f}" if dollars >= 1 else f"${dollars:.4f}"
 
 
 def write_cost(path: Path, cost: RunCost) -> None:

@@ -52,6 +52,13 @@ TRAIN_COMPLETION_LENGTH_MAX = "train/completion_length_max"
 TRAIN_TRUNCATED_FRACTION = "train/truncated_fraction"
 TRAIN_GROUPS_DROPPED = "train/groups_dropped"
 TRAIN_OPTIMIZER_STEPS = "train/optimizer_steps"
+# The local trainer's GPU time and peak allocated GPU memory so far, running totals of its process, written only
+# where it computes on CUDA (hermes_nb.trainer.local.gpu_clock), so a CPU run's rows have neither: cost.json's GPU
+# figures. The backend reports them under GPU_SECONDS / GPU_PEAK_BYTES (train_key makes these keys of them).
+GPU_SECONDS = "gpu_seconds"
+GPU_PEAK_BYTES = "gpu_peak_bytes"
+TRAIN_GPU_SECONDS = "train/" + GPU_SECONDS
+TRAIN_GPU_PEAK_BYTES = "train/" + GPU_PEAK_BYTES
 
 # Everything the environment sampled, written by the environment to env_metrics.jsonl and nowhere else: every
 # completion of every group it scored since the trainer's previous step, groups then dropped (equal scores, too

@@ -50,6 +50,9 @@ class SweepState(BaseModel):
     ended_at: float | None = None
     max_concurrent: int = Field(ge=1)
     stop_if: StopRule | None = None
+    # Health checks (``hermes_nb.health``) whose finding stops a variant's run: added to every variant's
+    # ``health.stop_on``, so each run stops itself, gracefully with its checkpoint, where its metrics are written.
+    stop_on_health: list[str] = Field(default_factory=list)
     variants: list[Variant]
     driver: ProcessRecord | None = None
     stop_requested_at: float | None = None

@@ -4,8 +4,8 @@ train, and (Tinker) what it will cost, from the config and this machine alone, b
 Memory comes from ``trainer/local/memory_model.py`` against what the device has free now (psutil's available memory on
 the CPU; ``torch.cuda.mem_get_info`` on CUDA). Time comes from earlier runs of the same model and sizes in this
 home (the median ``train/step_seconds`` of their ``metrics.jsonl``), else from a stated per-step cost
-(``STATED_*`` below); the result says which. A price comes only from the user's price table
-(``<hermes home>/prices.yaml``): hermes-nb ships no prices, so without one the result says "no price known".
+(``STATED_*`` below); the result says which. A price comes only from the user's price table (``prices.py``,
+``<hermes home>/prices.yaml``): hermes-nb ships no prices, so without one the result says "no price known".
 
 ``check_fits`` is the launcher's one call: a local run whose estimate exceeds the free memory is refused, naming
 the fields that shrink it, unless ``trainer.ignore_memory_estimate`` is true.
@@ -17,20 +17,19 @@ import statistics
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from hermes_nb.config import RunConfig, base_model_dir
 from hermes_nb.errors import ConfigError
 from hermes_nb.metrics.reader import read_all_metrics
-from hermes_nb.protocol.health import CostFigures, ProcessCost
+from hermes_nb.protocol.health import CostFigures, ProcessCost, format_usd
 from hermes_nb.protocol.metrics import TRAIN_STEP_SECONDS
 from hermes_nb.protocol.run_files import TRAINER_METRICS_FILE
 from hermes_nb.results import Result, format_duration, html_table
+from hermes_nb.runs import prices
 from hermes_nb.system import home
 from hermes_nb.trainer.local.memory_model import Device, MemoryEstimate, estimate_run
 
-PRICES_FILE = "prices.yaml"
 # The fallback when no earlier run matches, fitted to the quickstart on 2 CPU cores (0.9M parameters, 128 sequences
 # of at most 64 tokens): a 40-step run measured 0.051 s a step on a quiet machine and 0.128 under a load of 7, and a
 # long run 0.127 (docs/benchmarks.md), so 0.08 stands within 2x of all three. Half of it a fixed cost (HTTP,
@@ -53,17 +52,6 @@ class ProcessMemory(BaseModel):
     process: str
     bytes: int
     parts: dict[str, int]
-
-
-class Price(BaseModel):
-    """One model's entry of the user's price table: US dollars per million tokens, with where it came from."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    sample_per_million_tokens: float
-    train_per_million_tokens: float
-    source: str
-    date: str
 
 
 class RunEstimate(Result):
@@ -100,7 +88,7 @@ class RunEstimate(Result):
             f"(from {self.time_source})"
         )
         lines.append(f"  tokens: at most {self.tokens_sampled:,} sampled, {self.tokens_trained:,} trained")
-        price = "no price known" if self.price_usd is None else f"${self.price_usd:,.2f}"
+        price = "no price known" if self.price_usd is None else format_usd(self.price_usd)
         if self.backend == "local":
             price = "none"
         lines.append(f"  price: {price} ({self.price_source})")
@@ -141,7 +129,7 @@ def estimate_config(config: RunConfig) -> RunEstimate:
         tokens_sampled=run_tokens(config),
         tokens_trained=run_tokens(config),
         price_usd=None,
-        price_source="a local run: no price applies",
+        price_source=prices.no_price(config),
     )
 
 
@@ -167,7 +155,10 @@ def _remote_estimate(config: RunConfig) -> RunEstimate:
     measured = earlier_step_seconds(config)
     seconds = statistics.median(measured) if measured else None
     steps = int(config.env_value("total_steps"))
-    price, price_source = run_price(config, run_tokens(config))
+    tokens = run_tokens(config)
+    price = prices.run_price(config)
+    price_usd = None if price is None else price.dollars(sampled=tokens, trained=tokens)
+    price_source = prices.no_price(config) if price is None else price.described()
     return RunEstimate(
         base_model=config.trainer.base_model,
         backend=config.trainer.backend,
@@ -183,7 +174,7 @@ def _remote_estimate(config: RunConfig) -> RunEstimate:
         total_steps=steps,
         tokens_sampled=run_tokens(config),
         tokens_trained=run_tokens(config),
-        price_usd=price,
+        price_usd=price_usd,
         price_source=price_source,
     )
 
@@ -311,31 +302,6 @@ def _run_config(run_dir: Path) -> RunConfig | None:
 def _step_seconds_of(run_dir: Path) -> list[float]:
     rows = read_all_metrics(run_dir / TRAINER_METRICS_FILE) if (run_dir / TRAINER_METRICS_FILE).exists() else []
     return [row.values[TRAIN_STEP_SECONDS] for row in rows if TRAIN_STEP_SECONDS in row.values]
-
-
-def prices_path() -> Path:
-    return home.home_dir() / PRICES_FILE
-
-
-def run_price(config: RunConfig, tokens: int) -> tuple[float | None, str]:
-    """A Tinker run's price from the user's table."""
-    price = _price_of(config.trainer.base_model)
-    if price is None:
-        return None, f"no price known for {config.trainer.base_model}: add it to {prices_path()}"
-    dollars = tokens / 1e6 * (price.sample_per_million_tokens + price.train_per_million_tokens)
-    return dollars, f"{prices_path()}: {price.source}, {price.date}"
-
-
-def _price_of(model: str) -> Price | None:
-    path = prices_path()
-    if not path.is_file():
-        return None
-    try:
-        table = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        entry = table.get(model) if isinstance(table, dict) else None
-        return Price.model_validate(entry) if entry is not None else None
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise ConfigError(f"{path}: {model}: {exc}") from None
 
 
 def estimated_cost(estimate: RunEstimate) -> CostFigures:

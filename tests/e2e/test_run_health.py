@@ -1,5 +1,6 @@
 """Run health on real runs (``hermes_nb.health``): a learning rate 1,000x the quickstart's is found collapsing and
-stopped when ``health.stop_on`` asks; the quickstart of the same length shows no finding and records what it cost;
+stopped when ``health.stop_on`` asks; the quickstart of the same length shows no finding and records what it cost
+(on the CPU: no GPU figure, no money);
 a run whose every group scores alike is told so before its first step.
 
 The thresholds were sized from measured runs (docs/health.md): healthy quickstarts of 120 and 300 steps (seeds 0
@@ -65,6 +66,9 @@ def test_the_quickstart_of_the_same_length_shows_no_finding_and_records_its_cost
     assert cost.actual.cpu_seconds > 0 and cost.actual.peak_rss_bytes > 0
     assert cost.actual.tokens_trained and cost.actual.tokens_sampled
     assert set(cost.actual.wall_seconds) == {"start", "train"}
+    # A CPU run: no process used a GPU, so no GPU figure at all (not a zero); a local run has no price.
+    assert all(p.gpu_seconds is None and p.gpu_peak_bytes is None for p in cost.actual.processes.values())
+    assert cost.actual.price_usd is None and "GPU" not in cost.text() and "$" not in cost.text()
 
 
 @pytest.mark.timeout(TIMEOUT_S + 60)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from fake_provider import (
     CHAT_ONLY,
     FAKE_KEY,
@@ -33,6 +34,7 @@ from hermes_nb import api
 from hermes_nb.model_test.hosted import HOSTED_MODELS_FILE
 from hermes_nb.model_test.runner import rl_test_inference
 from hermes_nb.protocol.trajectory import ScoredDataGroup
+from hermes_nb.runs import prices
 from hermes_nb.system import home
 
 pytestmark = pytest.mark.timeout(240)
@@ -118,6 +120,26 @@ def test_wordy_answers_are_counted_as_format_failures_with_samples(
     assert (model.status, model.accuracy, model.format_failures) == ("ok", 0.0, 2)
     [sample] = model.samples  # both completions are the same text
     assert sample.completion == f"The answer is {solve(sample.prompt or '')}." and not sample.correct
+
+
+def test_a_hosted_models_tokens_are_priced_by_the_users_table(
+    provider_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry = {"sample_per_million_tokens": 2.0, "train_per_million_tokens": 0.0, "prompt_per_million_tokens": 0.5,
+             "source": "the provider's page", "date": "2026-12-01"}  # fmt: skip
+    prices.prices_path().parent.mkdir(parents=True, exist_ok=True)
+    prices.prices_path().write_text(yaml.safe_dump({VERBOSE: entry}), encoding="utf-8")
+    _select("arithmetic", monkeypatch)
+    with fake_provider() as (url, _):
+        result = asyncio.run(
+            rl_test_inference(num_steps=1, group_size=2, models=[f"{url}#{VERBOSE}", f"{url}#{SOLVER}"])
+        )
+    priced, unpriced = result.results
+    assert priced.prompt_tokens and priced.completion_tokens
+    expected = (priced.prompt_tokens * 0.5 + priced.completion_tokens * 2.0) / 1e6
+    assert priced.price_usd == pytest.approx(expected)
+    assert unpriced.price_usd is None  # no entry for it: no price, never a made-up one
+    assert result.to_dict()["models_tested"][0]["price_usd"] == pytest.approx(expected)
 
 
 def test_a_wrong_key_fails_that_model_and_never_reaches_a_file(monkeypatch: pytest.MonkeyPatch) -> None:

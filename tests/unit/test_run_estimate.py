@@ -18,7 +18,7 @@ from hermes_nb.config import RunConfig, base_model_dir
 from hermes_nb.errors import ConfigError
 from hermes_nb.protocol.metrics import TRAIN_STEP_SECONDS, MetricsRow
 from hermes_nb.protocol.run_files import TRAINER_METRICS_FILE
-from hermes_nb.runs import estimate
+from hermes_nb.runs import estimate, prices
 from hermes_nb.runs.estimate import RunEstimate, check_fits, estimate_config
 from hermes_nb.selection.current import current_run_config
 from hermes_nb.system import home
@@ -99,8 +99,8 @@ def test_a_tinker_run_without_a_price_table_has_no_price(quickstart: RunConfig) 
 def test_a_tinker_run_is_priced_from_the_users_table_naming_its_source(quickstart: RunConfig) -> None:
     entry = {"sample_per_million_tokens": 0.1, "train_per_million_tokens": 0.3, "source": "my invoice",
              "date": "2026-12-01"}  # fmt: skip
-    estimate.prices_path().parent.mkdir(parents=True, exist_ok=True)
-    estimate.prices_path().write_text(yaml.safe_dump({"Qwen/Qwen3-8B": entry}), encoding="utf-8")
+    prices.prices_path().parent.mkdir(parents=True, exist_ok=True)
+    prices.prices_path().write_text(yaml.safe_dump({"Qwen/Qwen3-8B": entry}), encoding="utf-8")
     result = estimate_config(tinker(quickstart))
     assert result.price_usd == pytest.approx(result.tokens_sampled / 1e6 * 0.4)
     assert "my invoice, 2026-12-01" in result.price_source
@@ -135,3 +135,13 @@ def test_the_cli_prints_the_estimate(quickstart: RunConfig) -> None:
     assert out.returncode == 0, out.stderr
     answer = json.loads(out.stdout)
     assert (answer["total_steps"], answer["fits"]) == (7, True)
+
+
+def test_the_cli_exits_3_when_the_run_cannot_fit_and_its_help_says_so(quickstart: RunConfig) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    command = [sys.executable, "-m", "hermes_nb.cli", "estimate", "batch_size=65536", "max_token_length=4096"]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 3, out.stderr
+    assert "DOES NOT FIT" in out.stdout and "trainer.gradient_checkpointing" in out.stdout
+    shown = subprocess.run([*command[:4], "--help"], capture_output=True, text=True, env=env, timeout=60)
+    assert "Exit status: 3 when the run cannot fit" in " ".join(shown.stdout.split())

@@ -150,3 +150,15 @@ def test_a_live_run_is_never_deleted(three_runs: None) -> None:
                                              (True, "true")])  # fmt: skip
 def test_values_are_labelled_short(value: Any, text: str) -> None:
     assert value_label(value) == text
+
+
+def test_the_cost_column_shows_gpu_time_and_money_beside_the_estimate_where_there_are_any(three_runs: None) -> None:
+    trainer = ProcessCost(cpu_seconds=90, gpu_seconds=75.0, gpu_peak_bytes=2 << 30)
+    priced = RunCost(actual=CostFigures(processes={"trainer": trainer}, price_usd=1.5),
+                     estimate=CostFigures(price_usd=1.25))  # fmt: skip
+    write_cost(home.run_dir(MID) / COST_FILE, priced)
+
+    rows = {row.run_id: row for row in run(api.rl_compare_runs()).rows}
+
+    assert rows[MID].cost_text() == "1m15s GPU, $1.50 (est. $1.25)"
+    assert rows[OLD].cost_text() == "–"  # a CPU run without a price: nothing, not zeros

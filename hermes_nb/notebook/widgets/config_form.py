@@ -8,6 +8,9 @@ edit is checked alone so every refusal is shown beside its own field (a rule acr
 The config can also change from a cell (``rl_edit_config``, ``rl_load_config``) or another process. While the
 form is shown, a daemon thread compares the session file's identity every second (one ``stat``) and, when it
 moved, reloads the values of the fields the user has not touched; edits not yet applied stay as typed.
+
+Under the buttons, the pre-run estimate of the run Start would begin (``estimate_line.py``) follows every change
+of a field, applied or not; when the run cannot fit, the fields that would make it fit are marked.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from hermes_nb.errors import HermesNBError
+from hermes_nb.notebook.widgets.estimate_line import EstimateLine, fields_named
 from hermes_nb.notebook.widgets.fields import (
     ERROR_LAYOUT,
     HINT_LAYOUT,
@@ -39,12 +43,15 @@ from hermes_nb.notebook.widgets.form_sections import (
     section_of,
 )
 from hermes_nb.notebook.widgets.refresher import Refresher
+from hermes_nb.runs.estimate import RunEstimate
 from hermes_nb.selection import service, session
 from hermes_nb.selection.results import ConfigField, ConfigView
 
 # A stat of the session file each second notices a cell's edit before the user looks back at the form.
 WATCH_INTERVAL_S = 1.0
 ReloadCallback = Callable[[ConfigView], None]
+# A field the estimate names to make the run fit: outlined, so it is found among some 50.
+TO_CHANGE_CLASS = "hermes-nb-estimate-change"
 
 
 class _FieldRow:
@@ -72,7 +79,9 @@ class _FieldRow:
 
 
 class ConfigForm:
-    def __init__(self, watch_interval_s: float = WATCH_INTERVAL_S) -> None:
+    def __init__(self, watch_interval_s: float = WATCH_INTERVAL_S, show_estimate: bool = True) -> None:
+        """``show_estimate=False``: the estimate's line (``self.estimate.widget``) is placed by the caller (the
+        dashboard shows it beside the monitor's Start)."""
         self.title = widgets.HTML()
         self.sections = {
             name: section(title, name in OPEN_SECTIONS, f"hermes-nb-section-{name}")
@@ -87,8 +96,10 @@ class ConfigForm:
         self.status = widgets.HTML()
         self.status.add_class("hermes-nb-form-status")
         buttons = widgets.HBox([self.apply_button, self.reset_button, self.status])
+        self.estimate = EstimateLine(self.edits, on_shown=self._mark_fields_to_change)
         accordions = [accordion for accordion, _ in self.sections.values()]
-        self.widget = widgets.VBox([self.title, *accordions, buttons, self.locked_section])
+        estimate = [self.estimate.widget] if show_estimate else []
+        self.widget = widgets.VBox([self.title, *accordions, buttons, *estimate, self.locked_section])
         self.widget.add_class("hermes-nb-config-form")
         self.rows: dict[str, _FieldRow] = {}
         self.view: ConfigView | None = None
@@ -100,6 +111,7 @@ class ConfigForm:
         self.apply_button.on_click(lambda _: self.apply())
         self.reset_button.on_click(lambda _: self.reset())
         self.reload()
+        self.estimate.refresh_now()  # shown at once; later changes are debounced
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
         """A cell whose value is this object shows its widget (IPython asks for this bundle)."""
@@ -117,6 +129,7 @@ class ConfigForm:
 
     def close(self) -> None:
         self._watcher.stop()
+        self.estimate.close()
 
     def on_reload(self, callback: ReloadCallback) -> None:
         """Call ``callback`` when a change made outside the form was loaded (the dashboard updates its picker)."""
@@ -136,12 +149,15 @@ class ConfigForm:
             self._file_id = session.file_id()
             self.title.value = f"<b>Config</b> of {html.escape(view.environment or '(no environment selected)')}"
             self.rows = {field.name: _FieldRow(field) for field in field_order(view.configurable)}
+            for row in self.rows.values():
+                row.input.observe(self.estimate.changed, names="value")
             for name, (accordion, box) in self.sections.items():
                 box.children = [row.widget for field_name, row in self.rows.items() if section_of(field_name) == name]
                 accordion.set_title(0, f"{SECTION_TITLES[name]} ({len(box.children)})")
                 accordion.layout.display = None if box.children else "none"
             self.locked_box.children = [locked_input(field) for field in view.locked]
             self.locked_section.set_title(0, f"{LOCKED_TITLE} ({len(view.locked)})")
+        self.estimate.changed()
 
     def check_for_changes(self) -> bool:
         """Reload if the config changed outside the form since it was last loaded; True when it did.
@@ -155,6 +171,7 @@ class ConfigForm:
         with self._lock:
             kept = self._take(view)
             self._file_id = file_id
+        self.estimate.changed()
         note = f"; your unapplied edits to {', '.join(kept)} are kept" if kept else ""
         self._say(f"Reloaded: the config was changed outside this form{note}.")
         for callback in self._reload_callbacks:
@@ -223,6 +240,16 @@ class ConfigForm:
         else:  # a rule across fields: shown once, for the whole form
             self._say(f"Nothing applied: {outcome.message}", error=True)
         return False
+
+    def _mark_fields_to_change(self, estimate: RunEstimate | None) -> None:
+        named = fields_named(estimate)
+        for name, row in list(self.rows.items()):
+            if name in named:
+                row.widget.add_class(TO_CHANGE_CLASS)
+                row.widget.layout.border = "1px solid #b00020"
+            else:
+                row.widget.remove_class(TO_CHANGE_CLASS)
+                row.widget.layout.border = None
 
     def reset(self) -> None:
         try:

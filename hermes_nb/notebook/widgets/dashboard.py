@@ -1,7 +1,8 @@
 """``dashboard()``: environment picker, config form, run monitor and live metrics plot in one widget.
 
 The parts talk only through the core: choosing an environment reloads the form from the new config; Start in
-the monitor starts a run with the config the form applied, and the plot switches to that run. A config changed
+the monitor starts a run with the config the form applied, and the plot switches to that run. The form's pre-run
+estimate is shown under Start, the button it is about. A config changed
 from a cell reaches the form (and the picker) through the form's watch of the session file. Each status read
 of the monitor also refreshes the plot, so the step in the progress bar and the plot's caption agree.
 """
@@ -29,8 +30,8 @@ class Dashboard:
         self._refresh_interval = refresh_interval
         self._smoothing = smoothing
         self.picker = EnvironmentPicker()
-        self.form = ConfigForm(watch_interval_s=refresh_interval)
-        self.monitor = RunMonitor(run_id, interval_s=status_interval)
+        self.form = ConfigForm(watch_interval_s=refresh_interval, show_estimate=False)
+        self.monitor = RunMonitor(run_id, interval_s=status_interval, beside_start=self.form.estimate.widget)
         self.plot: LivePlot | None = None
         self.plot_box = widgets.VBox()
         self.plot_box.add_class("hermes-nb-plot-area")

@@ -36,7 +36,13 @@ def format_eta(seconds: float | None) -> str:
 
 
 class RunMonitor:
-    def __init__(self, run_id: str | None = None, interval_s: float = DEFAULT_STATUS_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        run_id: str | None = None,
+        interval_s: float = DEFAULT_STATUS_INTERVAL_S,
+        beside_start: widgets.Widget | None = None,
+    ) -> None:
+        """``beside_start``: shown under Start and Stop (the dashboard's pre-run estimate)."""
         self.run_id = kernel_runs.default_run(run_id) or _newest_run()
         self.status = widgets.HTML()
         self.status.add_class("hermes-nb-status")
@@ -59,7 +65,8 @@ class RunMonitor:
         self.message.add_class("hermes-nb-monitor-message")
         controls = widgets.HBox([self.start_button, self.stop_button, self.message])
         progress = widgets.HBox([self.progress, self.eta])
-        parts = [self.status, progress, self.health, self.processes, controls, self.log_process, self.log]
+        beside = [beside_start] if beside_start is not None else []
+        parts = [self.status, progress, self.health, self.processes, controls, *beside, self.log_process, self.log]
         self.widget = widgets.VBox(parts)
         self.widget.add_class("hermes-nb-run-monitor")
         self.last_status: RunStatus | None = None

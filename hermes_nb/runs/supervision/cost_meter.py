@@ -1,6 +1,7 @@
 """What a run costs, measured by its supervisor: CPU-seconds and peak memory of each process tree, sampled while
-the run lives, with wall time by phase and tokens from the metrics, written to ``cost.json``
-(``hermes_nb.protocol.health.RunCost``)."""
+the run lives, with wall time by phase, tokens, and the trainer's GPU-seconds and peak GPU memory from the metrics
+(what the trainer read with torch's CUDA API: absent on a CPU), and money where a price applies (the user's
+``prices.yaml`` entry for a Tinker run), written to ``cost.json`` (``hermes_nb.protocol.health.RunCost``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import psutil
 from hermes_nb.metrics.reader import read_metrics_file
 from hermes_nb.protocol import metrics as keys
 from hermes_nb.protocol.health import CostFigures, ProcessCost, RunCost, read_cost, write_cost
+from hermes_nb.protocol.metrics import MetricsRow
 from hermes_nb.protocol.run_files import RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState
+from hermes_nb.runs.prices import Price
 
 # cost.json is rewritten this often while the run lives: status shows a live run's cost without a file per second.
 WRITE_EVERY_S = 5.0
@@ -45,6 +48,8 @@ class CostMeter:
     last_write: float = 0.0
     # What the run was expected to cost (``runs.estimate.estimated_cost``), written beside the actual figures.
     estimate: CostFigures | None = None
+    # The user's price of the run's model (``runs.prices.run_price``); None: no price applies or none is known.
+    price: Price | None = None
 
     def sample(self, records: dict[str, ProcessRecord]) -> None:
         for name, record in records.items():
@@ -64,7 +69,7 @@ class CostMeter:
         self.last_write = time.monotonic()
         earlier = read_cost(paths.cost)
         estimate = self.estimate or (earlier.estimate if earlier else None)
-        actual = run_figures(paths, state, self.processes, group_size)
+        actual = run_figures(paths, state, self.processes, group_size, self.price)
         write_cost(paths.cost, RunCost(actual=actual, estimate=estimate, final=final))
 
 
@@ -75,21 +80,45 @@ def wall_phases(state: RunState) -> dict[str, float]:
     return {"start": state.started_at - state.created_at, "train": (state.ended_at or time.time()) - state.started_at}
 
 
-def token_totals(paths: RunPaths, group_size: int) -> tuple[int, int]:
+def token_totals(trainer_rows: list[MetricsRow], env_rows: list[MetricsRow], group_size: int) -> tuple[int, int]:
     """Tokens sampled (completions of the groups the environment posted, by its per-row mean) and trained."""
-    trained = sum(r.values.get(keys.TRAIN_TRAINED_TOKENS, 0.0) for r in read_metrics_file(paths.metrics).rows)
+    trained = sum(r.values.get(keys.TRAIN_TRAINED_TOKENS, 0.0) for r in trainer_rows)
     sampled = sum(
         r.values.get(keys.ENV_COMPLETION_TOKENS_MEAN, 0.0) * r.values.get(keys.ENV_GROUPS_POSTED, 0.0) * group_size
-        for r in read_metrics_file(paths.env_metrics).rows
+        for r in env_rows
     )
     return int(sampled), int(trained)
 
 
-def run_figures(paths: RunPaths, state: RunState, processes: dict[str, ProcessCost], group_size: int) -> CostFigures:
-    sampled, trained = token_totals(paths, group_size)
+def trainer_gpu(trainer_rows: list[MetricsRow], trainer: ProcessCost) -> ProcessCost:
+    """The trainer's figures with its GPU-seconds and peak GPU memory, as its newest row that has them says (both
+    are running totals of the process); left absent where no row has them (a CPU run)."""
+    rows = [r.values for r in trainer_rows if keys.TRAIN_GPU_SECONDS in r.values]
+    if not rows:
+        return trainer
+    newest = rows[-1]
+    peak = newest.get(keys.TRAIN_GPU_PEAK_BYTES)
+    return trainer.model_copy(
+        update={"gpu_seconds": newest[keys.TRAIN_GPU_SECONDS], "gpu_peak_bytes": None if peak is None else int(peak)}
+    )
+
+
+def run_figures(
+    paths: RunPaths,
+    state: RunState,
+    processes: dict[str, ProcessCost],
+    group_size: int,
+    price: Price | None = None,
+) -> CostFigures:
+    trainer_rows = read_metrics_file(paths.metrics).rows
+    sampled, trained = token_totals(trainer_rows, read_metrics_file(paths.env_metrics).rows, group_size)
+    figures = dict(processes)
+    if "trainer" in figures:
+        figures["trainer"] = trainer_gpu(trainer_rows, figures["trainer"])
     return CostFigures(
         wall_seconds=wall_phases(state),
-        processes=dict(processes),
+        processes=figures,
         tokens_sampled=sampled,
         tokens_trained=trained,
+        price_usd=None if price is None else price.dollars(sampled=sampled, trained=trained),
     )

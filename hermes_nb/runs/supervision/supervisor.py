@@ -33,7 +33,9 @@ from hermes_nb.protocol.auth import API_SECRET_ENV, SECRET_ENV
 from hermes_nb.protocol.health import Finding, read_findings
 from hermes_nb.protocol.run_files import PROCESS_NAMES, RunPaths
 from hermes_nb.protocol.run_state import ProcessRecord, RunState, read_run_state
+from hermes_nb.runs import prices
 from hermes_nb.runs.estimate import estimate_config, estimated_cost
+from hermes_nb.runs.prices import Price
 from hermes_nb.runs.supervision import graces
 from hermes_nb.runs.supervision.cost_meter import CostMeter
 from hermes_nb.runs.supervision.outcomes import Launched, LaunchFailed, LaunchOutcome, StopRequested
@@ -107,6 +109,7 @@ class Supervisor:
     def __post_init__(self) -> None:
         self.api_form = api_form(self.config, self.secret, self.paths.logs["supervisor"])
         self.health = HealthWatch(self.paths.health, "supervisor")
+        self.meter.price = self.run_price()
 
     # ---- state -------------------------------------------------------------------------------------------
     def save(self) -> None:
@@ -531,6 +534,15 @@ class Supervisor:
             self.meter.estimate = estimated_cost(estimate_config(self.config))
         except (HermesNBError, OSError, ValueError) as exc:
             log.warning("no estimate beside the run's cost: %s", exc)
+
+    def run_price(self) -> Price | None:
+        """The user's price of this run's tokens; a price table that cannot be read loses the money figure, not
+        the run."""
+        try:
+            return prices.run_price(self.config)
+        except HermesNBError as exc:
+            log.warning("the run's cost has no price: %s", exc)
+            return None
 
     def close_api(self) -> None:
         if self.api is not None:

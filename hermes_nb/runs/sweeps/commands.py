@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -34,6 +34,7 @@ async def rl_sweep(
     max_concurrent: int = 1,
     stop_if: StopRule | Mapping[str, Any] | None = None,
     name: str | None = None,
+    stop_on_health: Sequence[str] | None = None,
 ) -> SweepStatus:
     """Run the selected environment once per variant of ``grid``, each a normal run of the current config with
     the variant's overrides, ``max_concurrent`` at a time, by a detached driver (the sweep survives the kernel).
@@ -41,12 +42,14 @@ async def rl_sweep(
     ``grid``: ``{"trainer.learning_rate": [1e-4, 3e-4], "env.group_size": [8, 16]}`` (every combination) or a list
     of overrides (``[{"trainer.learning_rate": 1e-4}, ...]``), with ``rl_edit_config``'s names. Every variant is
     checked before any run starts. ``stop_if=StopRule(step=10, below_best_by=15)`` stops a run whose held-out
-    accuracy at step 10 is more than 15 points below the best run's there. ``rl_sweep_status`` follows it and
-    names the best variant, whose ``config_path`` ``rl_load_config`` takes.
+    accuracy at step 10 is more than 15 points below the best run's there. ``stop_on_health=["entropy_collapse",
+    "no_signal"]`` stops a variant's run on those health findings (added to each variant's ``health.stop_on``).
+    ``rl_sweep_status`` follows it and names the best variant, whose ``config_path`` ``rl_load_config`` takes.
     """
     rule = _stop_rule(stop_if)
     state = session.load()
-    sweep, warnings = await asyncio.to_thread(create_sweep, state, grid, max_concurrent, rule, name)
+    health = list(stop_on_health or [])
+    sweep, warnings = await asyncio.to_thread(create_sweep, state, grid, max_concurrent, rule, name, health)
     return await asyncio.to_thread(sweep_status, sweep.sweep_id, warnings)
 
 

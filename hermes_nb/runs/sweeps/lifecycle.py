@@ -4,6 +4,12 @@ named) and stopped here, under the thin ``rl_*`` layer in ``commands.py``.
 
 Every variant is checked before anything starts (its overrides on the current config, as ``rl_edit_config``
 checks them, then what a start checks): one bad value refuses the whole sweep, naming the variant and the field.
+
+A sweep's health stop rule (``stop_on_health``) is each variant's ``health.stop_on``, not a rule of the driver's:
+a finding is evaluated where the run's metrics are written and the run stops itself at once, gracefully with its
+checkpoint, even while the driver is slow or gone; the driver then sees a stopped run and starts the next variant.
+A rule of the driver's would read the same findings later and stop the run the same way, a second copy of
+``health.stop_on``. (The driver's own rule, ``stop_if``, compares variants with each other, which no run can.)
 """
 
 from __future__ import annotations
@@ -11,11 +17,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hermes_nb.config import RunConfig
 from hermes_nb.errors import HermesNBError, InvalidValueError, NoEnvironmentSelectedError, RunStateError
+from hermes_nb.health import HEALTH_CHECKS
 from hermes_nb.protocol.run_state import TERMINAL_STATUSES
 from hermes_nb.protocol.sweep_state import StopRule, SweepState, Variant
 from hermes_nb.runs import launcher
@@ -39,17 +46,40 @@ DRIVER_START_SECONDS = 30.0
 _DONE_WITHOUT_RUN = ("not started", "deleted")
 
 
-def variant_configs(state: SessionState, overrides: list[dict[str, Any]]) -> list[RunConfig]:
-    """Each variant's whole config, checked as a start would check it; the first refusal names its variant."""
+def variant_configs(
+    state: SessionState, overrides: list[dict[str, Any]], stop_on_health: Sequence[str] = ()
+) -> list[RunConfig]:
+    """Each variant's whole config, checked as a start would check it; the first refusal names its variant.
+    ``stop_on_health``: added to each variant's ``health.stop_on`` (see ``edited_config``)."""
     configs = []
     for index, edits in enumerate(overrides):
         try:
-            config = editing.apply_edits(state, edits)[0].config
+            config = edited_config(state, edits, stop_on_health)
             launcher.validate_for_start(config)
         except HermesNBError as exc:
             raise type(exc)(f"variant {index} ({_shown(edits)}): {exc}") from None
         configs.append(config)
     return configs
+
+
+def edited_config(state: SessionState, edits: dict[str, Any], stop_on_health: Sequence[str]) -> RunConfig:
+    """``edits`` on the current config, with the sweep's health stop rule joined to the checks the variant already
+    stops on (its own ``health.stop_on``, else the config's): the sweep adds to them, never drops one."""
+    config = editing.apply_edits(state, edits)[0].config
+    if not stop_on_health:
+        return config
+    joined = list(dict.fromkeys([*config.health.stop_on, *stop_on_health]))
+    return editing.apply_edits(state, {**edits, "health.stop_on": joined})[0].config
+
+
+def check_health_names(names: Sequence[str]) -> list[str]:
+    """The sweep's ``stop_on_health``, refused naming the unknown check and those there are."""
+    unknown = [name for name in names if name not in HEALTH_CHECKS]
+    if unknown:
+        raise InvalidValueError(
+            f"stop_on_health: no health check {', '.join(map(repr, unknown))}; choose from {', '.join(HEALTH_CHECKS)}"
+        )
+    return list(names)
 
 
 def _shown(edits: Mapping[str, Any]) -> str:
@@ -77,14 +107,20 @@ def oversubscription(configs: list[RunConfig], max_concurrent: int) -> list[str]
 
 
 def create_sweep(
-    state: SessionState, grid: Grid, max_concurrent: int, stop_if: StopRule | None, name: str | None
+    state: SessionState,
+    grid: Grid,
+    max_concurrent: int,
+    stop_if: StopRule | None,
+    name: str | None,
+    stop_on_health: Sequence[str] = (),
 ) -> tuple[SweepState, list[str]]:
     if state.config.environment is None:
         raise NoEnvironmentSelectedError(f"no environment selected: {editing.SELECT_FIRST}")
     if not isinstance(max_concurrent, int) or max_concurrent < 1:
         raise InvalidValueError(f"max_concurrent: a whole number of runs at once, at least 1; got {max_concurrent!r}")
+    stop_on_health = check_health_names(stop_on_health)
     overrides = expand(grid)
-    configs = variant_configs(state, overrides)
+    configs = variant_configs(state, overrides, stop_on_health)
     sweep_id = new_run_id()
     secrets.private_home()
     secrets.private_dir(sweep_dir(sweep_id))
@@ -96,6 +132,7 @@ def create_sweep(
         environment=state.config.environment.name,
         max_concurrent=max_concurrent,
         stop_if=stop_if,
+        stop_on_health=stop_on_health,
         variants=[Variant(index=i, overrides=edits) for i, edits in enumerate(overrides)],
     )
     write_sweep(sweep)
@@ -129,8 +166,9 @@ def _variant_row(sweep_id: str, variant: Variant) -> VariantRow:
         return VariantRow(index=variant.index, overrides=variant.overrides, status="deleted",
                           note=f"run {variant.run_id} was deleted or archived")  # fmt: skip
     row = run_row(variant.run_id, sweep_id)
+    stopped_by = f"stopped by health.stop_on: {row.stopped_by}" if row.stopped_by else ""
     return VariantRow(index=variant.index, overrides=variant.overrides, status=row.status, run=row,
-                      note=variant.early_stopped or "")  # fmt: skip
+                      note=variant.early_stopped or stopped_by)  # fmt: skip
 
 
 def best_variant(rows: list[VariantRow]) -> BestVariant | None:
@@ -174,6 +212,7 @@ def sweep_status(sweep_id: str | None, warnings: list[str] | None = None) -> Swe
         status=sweep.status,
         max_concurrent=sweep.max_concurrent,
         stop_if=sweep.stop_if,
+        stop_on_health=sweep.stop_on_health,
         variants=rows,
         done=done,
         best=best_variant(rows),

@@ -41,6 +41,7 @@ class SweepStatus(Result):
     status: str
     max_concurrent: int
     stop_if: StopRule | None = None
+    stop_on_health: list[str] = Field(default_factory=list)  # added to every variant's health.stop_on
     variants: list[VariantRow]
     done: int  # variants whose run has ended, or that could not start
     best: BestVariant | None = None
@@ -58,6 +59,8 @@ class SweepStatus(Result):
         lines = [f"sweep {self.sweep_id} ({self.name}, {self.environment}): {self.status}, "
                  f"{self.done}/{len(self.variants)} done, {self.max_concurrent} at a time"]  # fmt: skip
         lines += [f"warning: {warning}" for warning in self.warnings]
+        if self.stop_on_health:
+            lines.append(f"a variant's run stops on the health finding {', '.join(self.stop_on_health)}")
         for row in self.variants:
             run = f" run {row.run.run_id} step {row.run.step}/{row.run.total_steps}" if row.run else ""
             note = f" ({row.note})" if row.note else ""

@@ -50,6 +50,7 @@ def run_row(run_id: str, sweep_id: str | None) -> RunRow:
     paths = resolve_run(run_id)
     state, _ = current_state(paths)
     results = history.get_results(run_id)
+    cost = results.cost
     end = state.ended_at if state.is_terminal else time.time()
     return RunRow(
         run_id=run_id,
@@ -67,7 +68,11 @@ def run_row(run_id: str, sweep_id: str | None) -> RunRow:
         wall_s=(end - state.created_at) if end is not None else None,
         note=read_note(paths),
         health=results.health,
-        cpu_seconds=results.cost.actual.cpu_seconds if results.cost else None,
+        stopped_by=state.stopped_by,
+        cpu_seconds=cost.actual.cpu_seconds if cost else None,
+        gpu_seconds=cost.actual.gpu_seconds if cost else None,
+        price_usd=cost.actual.price_usd if cost else None,
+        estimated_price_usd=cost.estimate.price_usd if cost and cost.estimate else None,
     )
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from hermes_nb.protocol.health import Finding
+from hermes_nb.protocol.health import Finding, format_usd
 from hermes_nb.results import Result, format_duration, html_table, value_text
 from hermes_nb.runs.table.config_diff import short_name, value_label
 
@@ -32,6 +32,18 @@ class RunRow(BaseModel):
     note: str = ""
     health: list[Finding] = Field(default_factory=list)  # its findings (``hermes_nb.health``), as they began
     cpu_seconds: float | None = None  # every process's CPU time (``cost.json``)
+    stopped_by: str | None = None  # the finding of ``health.stop_on`` that stopped it, as ``run.json`` says
+    gpu_seconds: float | None = None  # every process's GPU time; None where none used a GPU (``cost.json``)
+    price_usd: float | None = None  # what its tokens cost, where a price applies (``cost.json``)
+    estimated_price_usd: float | None = None  # what the pre-run estimate said they would
+
+    def cost_text(self) -> str:
+        """GPU time and money where there are any, the estimated price beside the actual one; else ``–``."""
+        parts = [] if self.gpu_seconds is None else [f"{format_duration(self.gpu_seconds)} GPU"]
+        if self.price_usd is not None:
+            estimated = "" if self.estimated_price_usd is None else f" (est. {format_usd(self.estimated_price_usd)})"
+            parts.append(f"{format_usd(self.price_usd)}{estimated}")
+        return ", ".join(parts) or "–"
 
     def health_text(self) -> str:
         """``ok``, or the names of the checks that fired, errors first."""
@@ -55,7 +67,7 @@ def _number(value: float | None) -> str:
 
 
 HEADERS = ["run", "status", "environment", "sweep", "differs", "best eval", "last eval", "best reward",
-           "last reward", "steps", "wall", "CPU", "health", "note"]  # fmt: skip
+           "last reward", "steps", "wall", "CPU", "GPU, price", "health", "note"]  # fmt: skip
 
 
 def row_cells(row: RunRow) -> list[str]:
@@ -72,6 +84,7 @@ def row_cells(row: RunRow) -> list[str]:
         f"{row.step}/{row.total_steps}",
         format_duration(row.wall_s),
         format_duration(row.cpu_seconds),
+        row.cost_text(),
         row.health_text(),
         row.note,
     ]

@@ -35,6 +35,7 @@ from hermes_nb.inference.fast_forward import supports as lean_forward_supports
 from hermes_nb.inference.sampler import stepper_for
 from hermes_nb.protocol.run_files import TRAINER_STATE_FILE
 from hermes_nb.system.devices import Hardware, resolve_hardware
+from hermes_nb.trainer.local.gpu_clock import GpuClock
 from hermes_nb.trainer.local.model_support import lora_targets
 from hermes_nb.trainer.local.packing import PackedBatch, can_pack, pack
 from hermes_nb.trainer.step.losses import (
@@ -172,6 +173,8 @@ class LocalBackend:
         # float16 gradients underflow without loss scaling; float32 and bfloat16 (float32's range) need none.
         self._scaler = torch.amp.GradScaler(self.hardware.device.type, enabled=self.hardware.dtype == torch.float16)
         self._version = 0
+        # GPU time from each forward-backward to its optimizer step, and peak GPU memory (cost.json); CUDA only.
+        self._gpu = GpuClock(self.hardware.device)
         self.pad_id = int(self._tokenizer.pad_token_id or self._tokenizer.eos_token_id or 0)
 
     def _load_model(self, init_weights: Path | None) -> Any:
@@ -337,6 +340,7 @@ class LocalBackend:
         if total == 0:
             return ForwardBackwardOutput(loss=0.0, num_trained_tokens=0)
         config = loss_fn_config or LossConfig()
+        self._gpu.begin()
         # Every datum is a sequence of the batch (grpo and dr_grpo count them; see hermes_nb.trainer.step.losses).
         normaliser = loss_normaliser(config, total, len(data))
         loss = 0.0
@@ -368,14 +372,20 @@ class LocalBackend:
         if all(p.grad is None for p in params):
             # Nothing was trained since the last step: Adam skips gradient-less parameters anyway, and a loss
             # scaler would refuse a step that recorded no gradient to check.
-            return OptimStepOutput(metrics={"grad_norm": 0.0, "learning_rate": adam.learning_rate})
+            self._gpu.end()
+            return OptimStepOutput(
+                metrics={"grad_norm": 0.0, "learning_rate": adam.learning_rate, **self._gpu.figures()}
+            )
         self._scaler.unscale_(optimizer)  # clipping sees the true gradients (no-op unless float16)
         max_norm = adam.max_grad_norm if adam.max_grad_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         self._scaler.step(optimizer)  # skipped, and the scale lowered, when float16 gradients overflowed
         self._scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        return OptimStepOutput(metrics={"grad_norm": grad_norm, "learning_rate": adam.learning_rate})
+        self._gpu.end()
+        return OptimStepOutput(
+            metrics={"grad_norm": grad_norm, "learning_rate": adam.learning_rate, **self._gpu.figures()}
+        )
 
     def _plain_model(self) -> Any:
         """A detached float32 copy without adapters, in eval mode. Adapters are merged in float32: merged into a
