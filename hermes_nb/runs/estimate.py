@@ -39,6 +39,11 @@ from hermes_nb.trainer.local.memory_model import Device, MemoryEstimate, estimat
 STATED_STEP_OVERHEAD_SECONDS = 0.04
 STATED_SECONDS_PER_PARAMETER_TOKEN = 5.7e-12
 STATED_CUDA_SPEEDUP = 20.0
+# Said beside a time from the stated cost: it knows parameters and tokens, not turns, tools or completion lengths.
+STATED_COST_CAVEAT = (
+    "no earlier run of this environment, model and sizes here: the stated cost is fitted to the quickstart's "
+    "single-turn arithmetic (a multi-turn agent step measured 14x it); this run's steps calibrate the next estimate"
+)
 # Earlier runs read for step times: enough to find a match, few enough to stay fast in a crowded home.
 EARLIER_RUNS_READ = 50
 GIB = 1 << 30
@@ -87,6 +92,8 @@ class RunEstimate(Result):
             f"  time: {per_step} s/step, {format_duration(self.total_seconds)} for {self.total_steps} steps "
             f"(from {self.time_source})"
         )
+        if self.time_source == "stated per-step cost":
+            lines.append(f"    {STATED_COST_CAVEAT}")
         lines.append(f"  tokens: at most {self.tokens_sampled:,} sampled, {self.tokens_trained:,} trained")
         price = "no price known" if self.price_usd is None else format_usd(self.price_usd)
         if self.backend == "local":
@@ -269,8 +276,11 @@ def step_seconds(config: RunConfig, device: Device, parameters: int) -> tuple[fl
 
 def _sizes_key(config: RunConfig) -> tuple[object, ...]:
     trainer = config.trainer
+    # The environment too: at the same sizes a multi-turn agent's step (sequential turns, tool waits) is ten times
+    # a single-turn task's (docs/benchmarks.md, the estimate against calculator_agent).
+    environment = config.environment.name if config.environment is not None else None
     env = tuple(int(config.env_value(name)) for name in ("batch_size", "group_size", "max_token_length"))
-    return (trainer.backend, trainer.base_model, trainer.lora_rank, trainer.device, *env)
+    return (environment, trainer.backend, trainer.base_model, trainer.lora_rank, trainer.device, *env)
 
 
 def earlier_step_seconds(config: RunConfig) -> list[float]:

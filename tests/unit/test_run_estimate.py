@@ -85,6 +85,17 @@ def test_earlier_runs_of_the_same_sizes_give_the_step_time(quickstart: RunConfig
     assert (result.time_source, result.seconds_per_step) == ("earlier runs", pytest.approx(0.4))
 
 
+def test_an_earlier_run_of_another_environment_at_the_same_sizes_does_not_give_the_step_time(
+    quickstart: RunConfig,
+) -> None:
+    assert quickstart.environment is not None
+    agent = quickstart.environment.model_copy(update={"name": "calculator_agent"})
+    write_earlier_run(quickstart.model_copy(update={"environment": agent}), "20260101-000000-cccccccccc", [3.0])
+    result = estimate_config(quickstart)
+    assert result.time_source == "stated per-step cost"
+    assert "no earlier run of this environment, model and sizes here" in str(result)
+
+
 def tinker(config: RunConfig) -> RunConfig:
     trainer = config.trainer.model_copy(update={"backend": "tinker", "base_model": "Qwen/Qwen3-8B"})
     return config.model_copy(update={"trainer": trainer})
