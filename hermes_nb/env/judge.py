@@ -27,12 +27,9 @@ import httpx
 
 from hermes_nb.env.server_config import APIServerConfig
 from hermes_nb.errors import HermesNBError
+from hermes_nb.protocol.metrics import JUDGE_CALLS, JUDGE_COMPLETION_TOKENS, JUDGE_PROMPT_TOKENS
 from hermes_nb.protocol.trajectory import JUDGE_REASON_OVERRIDE, ScoredDataGroup
 
-# The judge's counters in env_metrics.jsonl (an environment's own metrics, through wandb_log).
-JUDGE_CALLS = "env/judge_calls"
-JUDGE_PROMPT_TOKENS = "env/judge_prompt_tokens"
-JUDGE_COMPLETION_TOKENS = "env/judge_completion_tokens"
 # Enough for a score and a sentence of reason per completion of a group of 16.
 JUDGE_MAX_TOKENS = 1024
 # Seconds before the second try; doubled for each one after (a rate-limited provider recovers in seconds).

@@ -88,6 +88,9 @@ class CostFigures(BaseModel):
     tokens_trained: int | None = None
     # Money where a price applies (the Tinker backend, hosted model tests); None for a local run.
     price_usd: float | None = None
+    # A judge model's calls and tokens (prompt and completion), where the environment scores with one.
+    judge_calls: int | None = None
+    judge_tokens: int | None = None
 
     @property
     def cpu_seconds(self) -> float:
@@ -119,7 +122,8 @@ class RunCost(BaseModel):
         walls = ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in a.wall_seconds.items())
         tokens = f"{a.tokens_sampled or 0} tokens sampled, {a.tokens_trained or 0} trained"
         memory = f"peak memory {a.peak_rss_bytes / 2**20:.0f} MiB"
-        parts = [walls, f"{a.cpu_seconds:.0f} CPU-s", *_gpu_parts(a), memory, tokens, *_money_parts(a)]
+        judge = [] if a.judge_calls is None else [f"judge {a.judge_calls} calls, {a.judge_tokens or 0} tokens"]
+        parts = [walls, f"{a.cpu_seconds:.0f} CPU-s", *_gpu_parts(a), memory, tokens, *judge, *_money_parts(a)]
         return "; ".join(parts) + self._estimate_text()
 
     def _estimate_text(self) -> str:

@@ -78,6 +78,10 @@ ENV_GROUPS_FAILED = "env/failed_groups"
 ENV_TIMEOUTS = "env/timeouts"
 ENV_SECONDS_PER_GROUP = "env/seconds_per_group"
 ENV_COMPLETION_TOKENS_MEAN = "env/completion_tokens_mean"
+# A judge model's counters (hermes_nb.env.judge), running totals of the environment process, read into cost.json.
+JUDGE_CALLS = "env/judge_calls"
+JUDGE_PROMPT_TOKENS = "env/judge_prompt_tokens"
+JUDGE_COMPLETION_TOKENS = "env/judge_completion_tokens"
 ENV_QUEUE_SIZE = "env/api_queue_groups"
 # Multi-turn agent environments (hermes_nb.env.agent), per metrics row: episodes that raised (left out of their
 # group), episodes that used every turn of env.max_turns without an answer, and assistant turns per episode.

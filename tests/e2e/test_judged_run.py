@@ -18,8 +18,9 @@ from hermes_nb.api import (
     rl_start_training,
     rl_stop_training,
 )
-from hermes_nb.env.judge import JUDGE_CALLS
-from hermes_nb.protocol.run_files import ENV_METRICS_FILE
+from hermes_nb.protocol.health import read_cost
+from hermes_nb.protocol.metrics import JUDGE_CALLS
+from hermes_nb.protocol.run_files import COST_FILE, ENV_METRICS_FILE
 from hermes_nb.runs.run_dirs import known_run_ids
 from hermes_nb.system import home
 
@@ -53,4 +54,11 @@ def test_open_answer_trains_to_completed_on_the_judges_scores_with_its_reasons_s
     assert all(s.judge_reason and s.judge_reason in str(samples) for s in samples.samples)
     env_rows = home.run_dir(start.run_id) / ENV_METRICS_FILE
     assert any(JUDGE_CALLS in json.loads(line)["values"] for line in env_rows.read_text().splitlines())
+    # The judge's calls and tokens are the run's cost too (as of the environment's last metrics row): the stand-in
+    # reports 100 prompt and 10 completion tokens a call.
+    cost = read_cost(home.run_dir(start.run_id) / COST_FILE)
+    assert cost is not None and cost.actual.judge_calls is not None
+    assert 0 < cost.actual.judge_calls <= len(stand_in.requests)
+    assert cost.actual.judge_tokens == 110 * cost.actual.judge_calls
+    assert f"judge {cost.actual.judge_calls} calls" in cost.text()
     assert run(rl_get_results(start.run_id)).status == "completed"

@@ -11,14 +11,8 @@ import pytest
 from judge_standin import STANDIN_MODEL, STANDIN_RUBRIC, StandInJudge
 
 from hermes_nb.env import APIServerConfig
-from hermes_nb.env.judge import (
-    JUDGE_CALLS,
-    JUDGE_COMPLETION_TOKENS,
-    JUDGE_PROMPT_TOKENS,
-    Judge,
-    JudgeError,
-    with_judge_reasons,
-)
+from hermes_nb.env.judge import Judge, JudgeError, with_judge_reasons
+from hermes_nb.protocol.metrics import JUDGE_CALLS, JUDGE_COMPLETION_TOKENS, JUDGE_PROMPT_TOKENS
 from hermes_nb.protocol.trajectory import JUDGE_REASON_OVERRIDE, ScoredDataGroup
 
 RUBRIC, MODEL = STANDIN_RUBRIC, STANDIN_MODEL

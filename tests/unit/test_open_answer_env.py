@@ -15,10 +15,10 @@ from fake_provider import SOLVER, fake_provider, use_key
 from judge_standin import STANDIN_MODEL, STANDIN_RUBRIC, StandInJudge
 
 from hermes_nb import api
-from hermes_nb.env.judge import JUDGE_CALLS, JudgeError
+from hermes_nb.env.judge import JudgeError
 from hermes_nb.env.types import SampledBatch, SampledCompletion
 from hermes_nb.model_test.runner import rl_test_inference
-from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT
+from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT, JUDGE_CALLS
 from hermes_nb.protocol.trajectory import JUDGE_REASON_OVERRIDE
 from hermes_nb.system.home import shipped_environments_dir
 

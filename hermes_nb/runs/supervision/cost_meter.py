@@ -90,6 +90,17 @@ def token_totals(trainer_rows: list[MetricsRow], env_rows: list[MetricsRow], gro
     return int(sampled), int(trained)
 
 
+def judge_totals(env_rows: list[MetricsRow]) -> tuple[int | None, int | None]:
+    """The judge's calls and tokens: running totals of the environment process, so the newest row's; None where
+    the environment asked no judge."""
+    rows = [r.values for r in env_rows if keys.JUDGE_CALLS in r.values]
+    if not rows:
+        return None, None
+    newest = rows[-1]
+    tokens = newest.get(keys.JUDGE_PROMPT_TOKENS, 0.0) + newest.get(keys.JUDGE_COMPLETION_TOKENS, 0.0)
+    return int(newest[keys.JUDGE_CALLS]), int(tokens)
+
+
 def trainer_gpu(trainer_rows: list[MetricsRow], trainer: ProcessCost) -> ProcessCost:
     """The trainer's figures with its GPU-seconds and peak GPU memory, as its newest row that has them says (both
     are running totals of the process); left absent where no row has them (a CPU run)."""
@@ -110,8 +121,9 @@ def run_figures(
     group_size: int,
     price: Price | None = None,
 ) -> CostFigures:
-    trainer_rows = read_metrics_file(paths.metrics).rows
-    sampled, trained = token_totals(trainer_rows, read_metrics_file(paths.env_metrics).rows, group_size)
+    trainer_rows, env_rows = read_metrics_file(paths.metrics).rows, read_metrics_file(paths.env_metrics).rows
+    sampled, trained = token_totals(trainer_rows, env_rows, group_size)
+    judge_calls, judge_tokens = judge_totals(env_rows)
     figures = dict(processes)
     if "trainer" in figures:
         figures["trainer"] = trainer_gpu(trainer_rows, figures["trainer"])
@@ -121,4 +133,6 @@ def run_figures(
         tokens_sampled=sampled,
         tokens_trained=trained,
         price_usd=None if price is None else price.dollars(sampled=sampled, trained=trained),
+        judge_calls=judge_calls,
+        judge_tokens=judge_tokens,
     )
