@@ -150,10 +150,24 @@ def run_hermes(model_dir: Path, lora: bool, steps: int) -> dict[str, float]:
             figures["sampler_peak_mib"] = max((_peak_bytes(c) for c in _children(pid)), default=0) / MiB
     finally:
         asyncio.run(rl_stop_training(started.run_id))
+    figures.update(estimated(str(started.run_id)))
     rows = read_rows(run_paths(started.run_id).metrics)[1:steps]
     figures["s_per_step"] = statistics.median(r["values"][keys.TRAIN_STEP_SECONDS] for r in rows)
     figures["train_tokens_per_s"] = statistics.median(r["values"][keys.TRAIN_TOKENS_PER_SECOND] for r in rows)
     return figures
+
+
+def estimated(run_id: str) -> dict[str, float]:
+    """What ``rl_estimate_run`` says of this run's config, as a user sees it before starting: seconds a step and
+    the trainer process's memory."""
+    from hermes_nb.config import RunConfig
+    from hermes_nb.runs.estimate import estimate_config
+    from hermes_nb.system.home import run_paths
+
+    path = run_paths(run_id).run_dir / "config.yaml"
+    estimate = estimate_config(RunConfig.from_yaml_text(path.read_text(encoding="utf-8"), str(path)))
+    trainer = next(p.bytes for p in estimate.processes if p.process == "trainer")
+    return {"estimate_s_per_step": estimate.seconds_per_step or 0.0, "estimate_trainer_mib": trainer / MiB}
 
 
 # ---- TRL (a child process: its peak memory is its own) ------------------------------------------------------
@@ -242,6 +256,7 @@ def one_rung(rung: str, mode: str, args: argparse.Namespace, scratch: Path) -> l
             f"{rung} {mode} round {round_ + 1} (load {load:.1f}): hermes-nb {ours['s_per_step']:.3f} s/step, "
             f"{ours['train_tokens_per_s']:.0f} trained tok/s, trainer peak {ours.get('trainer_peak_mib', 0):.0f} MiB "
             f"(memory model {predicted:.0f}), sampler peak {ours.get('sampler_peak_mib', 0):.0f} MiB"
+            f" | estimate {ours['estimate_s_per_step']:.3f} s/step, trainer {ours['estimate_trainer_mib']:.0f} MiB"
             f" | TRL {trl['s_per_step']:.3f} s/step, peak {trl['peak_mib']:.0f} MiB"
             f" | TRL/hermes-nb time {trl['s_per_step'] / ours['s_per_step']:.2f}x"
         )
