@@ -8,7 +8,6 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from hermes_nb.config import EnvironmentRef
 from hermes_nb.errors import HermesNBError
 from hermes_nb.selection import service
 from hermes_nb.selection.current import current_state
@@ -122,7 +121,7 @@ class EnvironmentPicker:
         self.select(name)
 
 
-def _selector_of(environments: list[EnvironmentInfo], current: EnvironmentRef | None) -> str | None:
+def _selector_of(environments: list[EnvironmentInfo], current: EnvironmentInfo | None) -> str | None:
     """What the list calls the selected environment: its qualified name where its name is shared."""
     if current is None:
         return None
