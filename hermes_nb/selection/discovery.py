@@ -6,6 +6,11 @@ alias), directly or through another class found in any scanned file; its ``frame
 root base it derives from, whose adapter reads, runs and tests it. Each file's parse is cached by
 ``(path, mtime_ns, size)``, so an unchanged tree costs one ``stat`` per file and a new or edited file is seen on
 the next call. A file that does not parse is reported with its line and does not stop the scan.
+
+Every environment records where it comes from (its package's folder, on the path or installed, else its file).
+Two that give the same name are both listed, marked ``shared``: only the qualified name ``NAME@WHERE`` selects one.
+A module that exports only a framework's entry function (verifiers' older ``load_environment``) is listed by its
+name too, with why its adapter cannot run it (``Recognition.entry_refusal``).
 """
 
 from __future__ import annotations
