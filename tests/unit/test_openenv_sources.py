@@ -31,10 +31,10 @@ def scaffolded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return two_step_openenv(tmp_path_factory.mktemp("openenv_sources"))
 
 
-@pytest.fixture
-def docker_package(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def docker_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``openenv init``'s package whose manifest runs it from a Docker image instead of serving its app."""
-    package = two_step_openenv(tmp_path, "boxed")
+    package = two_step_openenv(tmp_path_factory.mktemp("docker_source"), "boxed")
     manifest = package / "openenv.yaml"
     text = manifest.read_text(encoding="utf-8")
     assert SCAFFOLD_RUNTIME in text, "openenv init's manifest changed: update the edit"
@@ -89,12 +89,21 @@ def test_a_docker_image_manifest_with_the_server_you_started_is_not_refused(dock
     assert sources.refusal(_environment_file(docker_package), "http://127.0.0.1:8000") is None
 
 
-@pytest.mark.parametrize("space", SPACES)
-def test_a_hugging_face_space_as_the_server_is_refused_naming_it(scaffolded: Path, space: str) -> None:
+@pytest.mark.parametrize(
+    ("space", "named", "clone"),
+    [
+        (SPACES[0], "openenv/echo-env", "openenv/echo-env"),
+        (SPACES[1], "openenv/echo-env", "openenv/echo-env"),
+        (SPACES[2], "openenv-echo-env.hf.space", "OWNER/NAME"),  # the host does not say where the owner ends
+    ],
+)
+def test_a_hugging_face_space_as_the_server_is_refused_naming_it(
+    scaffolded: Path, space: str, named: str, clone: str
+) -> None:
     why = sources.refusal(_environment_file(scaffolded), space)
 
-    assert why is not None and "is a Hugging Face Space (openenv/echo-env)" in why
-    assert "git clone https://huggingface.co/spaces/openenv/echo-env" in why and "env.server_url" in why
+    assert why is not None and f"is a Hugging Face Space ({named})" in why
+    assert f"git clone https://huggingface.co/spaces/{clone})" in why and "env.server_url" in why
 
 
 def test_a_hugging_face_space_is_refused_before_a_run_starts_anything(

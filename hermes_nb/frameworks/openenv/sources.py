@@ -42,24 +42,26 @@ def refusal(file: str, server_url: str | None) -> str | None:
 
 
 def _space_refusal(server_url: str) -> str | None:
-    space = _space_id(server_url.strip())
+    space = _space(server_url.strip())
     if space is None:
         return None
     return (
         f"env.server_url {server_url!r} is a Hugging Face Space ({space}): a run plays against a server on this "
         f"machine, and a Space runs on the Hub's hardware, which a run neither starts nor reaches; clone it (git "
-        f"clone https://huggingface.co/spaces/{space}) and put its folder on the environments path, or {INSTEAD}"
+        f"clone https://huggingface.co/spaces/{space if '/' in space else 'OWNER/NAME'}) and put its folder on the "
+        f"environments path, or {INSTEAD}"
     )
 
 
-def _space_id(url: str) -> str | None:
-    """``owner/name`` when ``url`` names a Space (a hub id, its page, its host); ``None`` for any other server."""
+def _space(url: str) -> str | None:
+    """The Space ``url`` names: ``owner/name`` for a hub id or its page, its host for a ``*.hf.space`` address
+    (which does not say where the owner's name ends); ``None`` for any other server."""
     if HUB_ID.match(url):
         return url
     if page := SPACE_PAGE.match(url):
         return page.group(1)
     host = urlparse(url if "://" in url else f"http://{url}").hostname or ""
-    return host.removesuffix(SPACE_HOST_SUFFIX) if host.endswith(SPACE_HOST_SUFFIX) else None
+    return host if host.endswith(SPACE_HOST_SUFFIX) else None
 
 
 def _image_refusal(manifest: Path) -> str | None:
