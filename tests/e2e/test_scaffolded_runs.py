@@ -45,16 +45,23 @@ KEEP_FLAT_GROUPS = {"ensure_scores_are_not_same": False}
 SETTINGS = {"openenv": {"max_turn_tokens": 16}, "verifiers": {"env.eval_taskset": {"split": "held_out"}}}
 
 
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The scaffolded packages in one folder, made once: a run reads them and writes nothing there."""
+    folder = tmp_path_factory.mktemp("scaffolded")
+    two_step_openenv(folder)
+    tools_openenv(folder)
+    addition_vf(folder)
+    return folder
+
+
 @pytest.fixture
-def scaffolded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Both scaffolded packages in one folder on the environments path, both side Pythons; runs stopped."""
+def scaffolded(packages: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The scaffolded packages' folder on the environments path, both side Pythons; runs stopped."""
     monkeypatch.setenv(OPENENV_PYTHON_VAR, str(side_env_python("openenv")))
     monkeypatch.setenv(VERIFIERS_PYTHON_VAR, str(side_env_python("verifiers")))
-    two_step_openenv(tmp_path)
-    tools_openenv(tmp_path)
-    addition_vf(tmp_path)
-    monkeypatch.setenv(home.ENV_PATH_VAR, str(tmp_path))
-    yield tmp_path
+    monkeypatch.setenv(home.ENV_PATH_VAR, str(packages))
+    yield packages
     for run_id in known_run_ids():
         run(rl_stop_training(run_id))
 
