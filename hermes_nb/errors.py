@@ -40,6 +40,7 @@ Errors that belong to one part are defined beside it (a file name after the clas
         TrajectoryAPIUnavailable
       TransferError
       UnknownEnvironmentError
+        AmbiguousEnvironmentError
       UnknownRunError
       VerifiersEpisodeError (frameworks/verifiers/episode_env.py)
 """
@@ -53,6 +54,10 @@ class HermesNBError(Exception):
 
 class UnknownEnvironmentError(HermesNBError):
     pass
+
+
+class AmbiguousEnvironmentError(UnknownEnvironmentError):
+    """A bare name that several listed environments share: the message lists each one's qualified name."""
 
 
 class NoEnvironmentSelectedError(HermesNBError):

@@ -3,11 +3,13 @@ the side environments that hold those frameworks (``side_env_python`` skips wher
 way their generated comments tell a user to: the environment's logic, nothing of the layout.
 
 ``two_step_openenv`` is OpenEnv's generated echo environment whose episode ends after its second typed Action;
+``tools_openenv`` the same package with its environment an ``MCPEnvironment`` offering one tool;
 ``addition_vf`` is a ``vf-init`` package whose taskset is two-digit addition with a held-out split.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -42,6 +44,67 @@ def two_step_openenv(parent: Path, name: str = "two_step") -> Path:
     source = environment.read_text(encoding="utf-8")
     assert ECHO_STEP_END in source, "openenv init's echo environment changed: update the edit"
     environment.write_text(source.replace(ECHO_STEP_END, TWO_STEP_END), encoding="utf-8")
+    return package
+
+
+# An `openenv init` environment with MCP tools, as OpenEnv's MCP environments are written: an MCPEnvironment
+# whose FastMCP server holds the tools (a session's tools/call), the scaffold's typed Action ending the episode.
+TOOLS_ENVIRONMENT = '''"""Echo with an MCP tool, ``shout``; the first Action ends the episode."""
+
+from typing import Any, Optional
+from uuid import uuid4
+
+from fastmcp import FastMCP
+from openenv.core.env_server.mcp_environment import MCPEnvironment
+from openenv.core.env_server.types import Action, State
+
+try:
+    from ..models import {Prefix}Action, {Prefix}Observation
+except ImportError:
+    from models import {Prefix}Action, {Prefix}Observation
+
+
+class {Prefix}Environment(MCPEnvironment):
+    """Say hi, in capitals if you like: the MCP tool ``shout`` capitalises; the first Action ends the episode."""
+
+    SUPPORTS_CONCURRENT_SESSIONS: bool = True
+
+    def __init__(self):
+        mcp = FastMCP("{name}")
+
+        @mcp.tool(name="shout")
+        def shout(text: str) -> str:
+            """The text in capitals."""
+            return text.upper()
+
+        super().__init__(mcp)
+        self._state = State(episode_id=str(uuid4()), step_count=0)
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> {Prefix}Observation:
+        self._state = State(episode_id=episode_id or str(uuid4()), step_count=0)
+        return {Prefix}Observation(echoed_message="Say HI.", message_length=0, done=False, reward=0.0)
+
+    def _step_impl(self, action: Action, timeout_s: Optional[float] = None, **kwargs: Any) -> {Prefix}Observation:
+        self._state.step_count += 1
+        message = str(getattr(action, "message", ""))
+        reward = float(message.strip() == "HI")
+        return {Prefix}Observation(echoed_message=message, message_length=len(message), done=True, reward=reward)
+
+    @property
+    def state(self) -> State:
+        return self._state
+'''
+GENERATED_CLASS = re.compile(r"^class (\w+)Environment\(Environment\):", re.MULTILINE)
+
+
+def tools_openenv(parent: Path, name: str = "echo_tools") -> Path:
+    """``openenv init NAME`` with its environment made an MCP one (a ``shout`` tool); models, app and manifest
+    as generated."""
+    package = openenv_init(name, parent)
+    environment = package / "server" / f"{name}_environment.py"
+    generated = GENERATED_CLASS.search(environment.read_text(encoding="utf-8"))
+    assert generated is not None, "openenv init's environment class changed: update the edit"
+    environment.write_text(TOOLS_ENVIRONMENT.format(Prefix=generated.group(1), name=name), encoding="utf-8")
     return package
 
 

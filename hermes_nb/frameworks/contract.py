@@ -10,7 +10,8 @@ depends on which one is the adapter's answer:
 - ``schema_module`` and ``schema_environment``: the child that reads an environment's config schema in that
   interpreter (``python -m MODULE FILE CLASS``, the answer as ``hermes_nb.selection.schema_child`` prints it);
 - ``selection_values`` and ``check_startable``: the run's starting values from ``config_init()``'s, and the
-  sizes a start refuses;
+  sizes a start refuses; ``check_source``: an environment whose source needs what this machine lacks (a Docker
+  image, a hosted server), refused before a run or a model test starts anything;
 - ``serve(request)``: the environment process of a run (its command line, process environment and the files it
   reads), given the run's config (trajectory API and inference URLs, tokenizer, sizes, W&B) and secrets;
 - ``model_test(request)``: the child ``rl_test_inference`` runs per model, writing the test's groups file;
@@ -54,6 +55,11 @@ class Recognition(BaseModel):
     claims_unqualified: bool = False
     # Shown before the description of its environments in listings ("[atroposlib] "); empty for none.
     mark: str = ""
+    # Module-level functions a module of the framework may export instead of a root class (an older API's
+    # ``load_environment``) that the adapter cannot run, and why: such a module is listed with that reason and
+    # refused when selected.
+    entry_functions: frozenset[str] = frozenset()
+    entry_refusal: str = ""
 
     def claims(self, base: str) -> bool:
         """Whether the resolved base name ``base`` is one of this framework's root classes, by package."""
@@ -162,6 +168,11 @@ class FrameworkAdapter(ABC):
     def check_startable(self, config: RunConfig) -> None:
         """Raise ``ConfigError`` naming the field when ``config`` cannot make a run of this framework."""
         return None  # nothing to check: a framework that has something overrides this
+
+    def check_source(self, config: RunConfig) -> None:
+        """Raise ``ConfigError`` saying why and what works instead when the selected environment's source needs
+        what this machine lacks; asked before a run starts its environment and before a model test."""
+        return None  # every source of the framework runs here: a framework whose sources may not overrides this
 
     @abstractmethod
     def serve(self, request: ServeRequest) -> ChildCommand:

@@ -124,6 +124,7 @@ async def rl_test_inference(
     hosted = load_hosted_config()
     targets = resolve_targets(models, config, hosted)
     framework = registry.adapter(config.environment.framework)
+    framework.check_source(config)
     python = framework.python(config.environment.file)  # checked before anything is written
     plan = _plan(config, num_steps, group_size, timeout_s, threads, hosted, framework, python)
     # Imported here: the gateway brings the HTTP stack, which `import hermes_nb` and its core API do without.

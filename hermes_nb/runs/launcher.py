@@ -103,6 +103,7 @@ def validate_framework(config: RunConfig) -> None:
     adapter = registry.adapter(config.environment.framework)
     adapter.check_startable(config)
     if config.trainer.start_environment:
+        adapter.check_source(config)
         adapter.python(config.environment.file)
 
 

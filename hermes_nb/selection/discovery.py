@@ -6,6 +6,11 @@ alias), directly or through another class found in any scanned file; its ``frame
 root base it derives from, whose adapter reads, runs and tests it. Each file's parse is cached by
 ``(path, mtime_ns, size)``, so an unchanged tree costs one ``stat`` per file and a new or edited file is seen on
 the next call. A file that does not parse is reported with its line and does not stop the scan.
+
+Every environment records where it comes from (its package's folder, on the path or installed, else its file).
+Two that give the same name are both listed, marked ``shared``: only the qualified name ``NAME@WHERE`` selects one.
+A module that exports only a framework's entry function (verifiers' older ``load_environment``) is listed by its
+name too, with why its adapter cannot run it (``Recognition.entry_refusal``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import ast
 import os
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +31,9 @@ from hermes_nb.system import home
 
 DEFAULT_CONFIG_CLASS = "BaseEnvConfig"
 ABSTRACT_MARKERS = frozenset({"ABC", "abc.ABC", "Protocol", "typing.Protocol"})
+# A qualified name is NAME@WHERE, WHERE the package folder or the file the environment comes from: it selects one
+# of several environments that share a name (a package's name is its metadata's, so two folders can give the same).
+QUALIFIER = "@"
 
 
 class EnvironmentInfo(BaseModel):
@@ -34,6 +43,34 @@ class EnvironmentInfo(BaseModel):
     description: str
     config_class: str
     framework: EnvFramework = registry.DEFAULT_FRAMEWORK
+    # Where it comes from: its package's folder (on the path, or installed into a framework's Python), else its file.
+    origin: str = ""
+    source: str = ""  # the same in words: "package FOLDER", "installed into PYTHON (FOLDER)", "file FILE"
+    shared: bool = False  # another listed environment has the same name: only the qualified name selects it
+    unsupported: str = ""  # why it cannot run here (its framework's adapter says); empty: it can
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.name}{QUALIFIER}{self.origin or self.file}"
+
+    @property
+    def selector(self) -> str:
+        """What selects it: its name, or its qualified name where another environment shares the name."""
+        return self.qualified_name if self.shared else self.name
+
+    def comes_from(self, where: str) -> bool:
+        """Whether ``where`` (a path as typed: relative, with ``~``) is the folder or file it comes from."""
+        wanted = os.path.realpath(os.path.expanduser(where))
+        return wanted in {self.origin, os.path.realpath(self.file)}
+
+
+@dataclass(frozen=True)
+class PackageOrigin:
+    """The package a folder's modules belong to: the environment name its metadata gives, its folder, in words."""
+
+    name: str
+    root: str
+    source: str
 
 
 class DiscoveryProblem(BaseModel):
@@ -65,6 +102,10 @@ class FileScan:
     helper: bool = False
     module_doc: str = ""
     error: DiscoveryProblem | None = None
+    # The names it binds at module level (a ``def``, an assignment, an import: where a framework's entry function,
+    # ``load_environment``, may be), and the top-level packages it imports (which framework such a function is of).
+    top_names: frozenset[str] = frozenset()
+    imports: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -89,13 +130,13 @@ def scan(search_path: list[Path] | None = None) -> tuple[list[EnvironmentInfo], 
         # The registered frameworks decide what counts as an environment: registering one re-resolves the tree;
         # a package's metadata names its environments: editing it, or installing one, renames or adds them.
         frameworks = tuple((name, 0, 0) for name in registry.names())
-        names = tuple((f"{folder}={name}", 0, 0) for folder, name in from_installs)
+        names = tuple((f"{folder}={origin.name}", 0, 0) for folder, origin in from_installs)
         signature = frameworks + names + tuple((p, k[0], k[1]) for p, k in stats + _stat_files(metadata))
         if signature == _CACHE.signature and _CACHE.result is not None:
             return list(_CACHE.result[0]), list(_CACHE.result[1])
         scans = [_scan_cached(path, key) for path, key in stats]
         _CACHE.files = {path: _CACHE.files[path] for path, _ in stats}  # forget deleted files
-        result = _resolve(scans, {**dict(from_installs), **_package_names(folders)})
+        result = _resolve(scans, {**dict(from_installs), **_package_origins(folders)})
         _CACHE.signature, _CACHE.result = signature, result
         return list(result[0]), list(result[1])
 
@@ -127,25 +168,33 @@ def _folders(dirs: list[Path]) -> list[tuple[str, str | None]]:
     return found
 
 
-def _installed_folders() -> list[tuple[str, str]]:
-    """``(folder, name)`` of every folder of an environment package installed into a framework's Python."""
+def _installed_folders() -> list[tuple[str, PackageOrigin]]:
+    """``(folder, its package)`` of every folder of an environment package installed into a framework's Python."""
     # hermes-nb's own framework (no Python of its own) has no installed packages: its environments are files.
     pythons = {
         a.name: (python, a.recognition.packages) for a in registry.adapters() if (python := a.configured_python())
     }
-    found: list[tuple[str, str]] = []
-    for listed in installed.installed_by_framework(pythons).values():
+    found: list[tuple[str, PackageOrigin]] = []
+    for framework, listed in installed.installed_by_framework(pythons).items():
         for package in listed:
             for root in package.folders:
                 folder = packages.package_of(root) or packages.PackageFolder(root=root, metadata="")
-                found += [(inner, package.name) for inner in packages.package_dirs(folder)]
+                where = f"installed into {pythons[framework][0]} ({folder.root})"
+                origin = PackageOrigin(name=package.name, root=folder.root, source=where)
+                found += [(inner, origin) for inner in packages.package_dirs(folder)]
     return found
 
 
-def _package_names(folders: list[tuple[str, str | None]]) -> dict[str, str]:
-    """Folder -> the environment name its package's metadata gives, for the folders of packages that give one."""
+def _package_origins(folders: list[tuple[str, str | None]]) -> dict[str, PackageOrigin]:
+    """Folder -> the package it belongs to, for the folders of packages whose metadata gives a name."""
     names = {m: packages.package_name(m) for m in {m for _, m in folders if m is not None}}
-    return {folder: name for folder, m in folders if m is not None and (name := names[m]) is not None}
+    origins: dict[str, PackageOrigin] = {}
+    for folder, metadata in folders:
+        name = names[metadata] if metadata is not None else None
+        if metadata is not None and name is not None:
+            root = os.path.dirname(metadata)
+            origins[folder] = PackageOrigin(name=name, root=root, source=f"package {root}")
+    return origins
 
 
 def _stat_files(paths: list[str]) -> list[tuple[str, tuple[int, int]]]:
@@ -208,7 +257,22 @@ def scan_file(path: str) -> FileScan:
     aliases = _import_aliases(tree)
     classes = tuple(_class_record(node, aliases) for node in _top_level(tree) if isinstance(node, ast.ClassDef))
     doc = _first_line(ast.get_docstring(tree))
-    return FileScan(path, stem, classes=classes, module_doc=doc, helper=helper)
+    imports = frozenset(q.split(".")[0] for q in aliases.values() if not q.startswith("."))
+    names = frozenset(_bound_names(tree)) | frozenset(aliases)
+    return FileScan(path, stem, classes=classes, module_doc=doc, helper=helper, top_names=names, imports=imports)
+
+
+def _bound_names(tree: ast.Module) -> list[str]:
+    """The names module-level ``def``s and assignments bind."""
+    names: list[str] = []
+    for node in _top_level(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+    return names
 
 
 def _top_level(tree: ast.Module) -> list[ast.stmt]:
@@ -314,10 +378,11 @@ def _first_line(doc: str | None) -> str:
 
 
 def _resolve(
-    scans: list[FileScan], package_names: dict[str, str]
+    scans: list[FileScan], origins: dict[str, PackageOrigin]
 ) -> tuple[list[EnvironmentInfo], list[DiscoveryProblem]]:
-    """Decide which classes are environments (across files) and build their entries, first name wins; an
-    environment of a package is named by the package (``package_names``: folder -> name)."""
+    """Decide which classes are environments (across files) and build their entries; an environment of a package
+    is named by the package (``origins``: folder -> its package). Environments that share a name are all listed,
+    each with where it comes from; two of the same origin share a qualified name too: the first wins."""
     by_name: dict[str, list[tuple[FileScan, ClassRecord]]] = {}
     for file_scan in scans:
         for record in file_scan.classes:
@@ -329,34 +394,87 @@ def _resolve(
     for file_scan in scans:
         if file_scan.helper:
             continue
+        origin = origins.get(os.path.dirname(file_scan.path))
         for record in file_scan.classes:
             if record.abstract or not is_env(file_scan, record):
                 continue
-            info = _info(file_scan, record, is_env.config_class(file_scan, record), is_env.framework(file_scan, record))
-            package_name = package_names.get(os.path.dirname(file_scan.path))
-            if package_name is not None and record.env_name is None:
-                info.name = package_name
-            if info.name in taken:
-                message = f"environment name {info.name!r} ({record.class_name}) is already used by {taken[info.name]}"
+            config_class, framework = is_env.config_class(file_scan, record), is_env.framework(file_scan, record)
+            info = _info(file_scan, record, config_class, framework, origin)
+            if info.qualified_name in taken:
+                first = taken[info.qualified_name]
+                message = f"environment name {info.name!r} ({record.class_name}) is already used by {first}"
                 errors.append(DiscoveryProblem(file=file_scan.path, line=record.line, message=message))
                 continue
-            taken[info.name] = f"{info.class_name} in {info.file}"
+            taken[info.qualified_name] = f"{info.class_name} in {info.file}"
             environments.append(info)
-    return environments, errors
+    environments += _entry_only(scans, origins, {e.origin for e in environments})
+    return _mark_shared(environments), errors
+
+
+def _origin_of(file_scan: FileScan, origin: PackageOrigin | None) -> tuple[str, str]:
+    """The folder or file an environment of ``file_scan`` comes from (resolved: one folder reached by two paths is
+    one origin), and the same in words."""
+    if origin is not None:
+        return os.path.realpath(origin.root), origin.source
+    return os.path.realpath(file_scan.path), f"file {file_scan.path}"
 
 
 def _info(
-    file_scan: FileScan, record: ClassRecord, config_class: str | None, framework: EnvFramework
+    file_scan: FileScan,
+    record: ClassRecord,
+    config_class: str | None,
+    framework: EnvFramework,
+    origin: PackageOrigin | None,
 ) -> EnvironmentInfo:
     description = record.description or file_scan.module_doc or f"Environment from {Path(file_scan.path).name}"
+    root, source = _origin_of(file_scan, origin)
     return EnvironmentInfo(
-        name=record.env_name or file_scan.stem,
+        name=record.env_name or (origin.name if origin is not None else file_scan.stem),
         class_name=record.class_name,
         file=file_scan.path,
         description=description,
         config_class=config_class or DEFAULT_CONFIG_CLASS,
         framework=framework,
+        origin=root,
+        source=source,
     )
+
+
+def _entry_only(scans: list[FileScan], origins: dict[str, PackageOrigin], served: set[str]) -> list[EnvironmentInfo]:
+    """The modules (or packages) that export only a framework's entry function (``load_environment``), no class
+    of it: listed by their name, with why their framework's adapter cannot run them."""
+    found: dict[str, EnvironmentInfo] = {}
+    for file_scan in scans:
+        if file_scan.helper and file_scan.stem != "__init__":  # a package's __init__ is where it exports entries
+            continue
+        for adapter in registry.adapters():
+            recognition = adapter.recognition
+            entry = next((n for n in sorted(recognition.entry_functions) if n in file_scan.top_names), None)
+            if entry is None or not file_scan.imports & set(recognition.packages):
+                continue
+            origin = origins.get(os.path.dirname(file_scan.path))
+            root, source = _origin_of(file_scan, origin)
+            if root in served or root in found:
+                continue
+            found[root] = EnvironmentInfo(
+                name=origin.name if origin is not None else file_scan.stem,
+                class_name=entry,
+                file=file_scan.path,
+                description=file_scan.module_doc or f"{entry}() in {Path(file_scan.path).name}",
+                config_class=DEFAULT_CONFIG_CLASS,
+                framework=adapter.name,
+                origin=root,
+                source=source,
+                unsupported=recognition.entry_refusal,
+            )
+    return list(found.values())
+
+
+def _mark_shared(environments: list[EnvironmentInfo]) -> list[EnvironmentInfo]:
+    counts = Counter(e.name for e in environments)
+    for info in environments:
+        info.shared = counts[info.name] > 1
+    return environments
 
 
 class _EnvClassifier:

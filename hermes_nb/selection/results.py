@@ -19,36 +19,52 @@ class EnvironmentList(Result):
 
     def _dict(self) -> dict[str, Any]:
         return {
-            "environments": [
-                {
-                    "name": env.name,
-                    "class_name": env.class_name,
-                    "file_path": env.file,
-                    "description": env.description,
-                    "config_class": env.config_class,
-                }
-                for env in self.environments
-            ],
+            "environments": [_entry(env) for env in self.environments],
             "count": len(self.environments),
             "errors": [e.model_dump(mode="json") for e in self.errors],
-            "tips": ["Use rl_select_environment(name) to select an environment"],
+            "tips": ["Use rl_select_environment(name) to select an environment (select_as where a name is shared)"],
         }
 
     def _text_lines(self) -> list[str]:
         lines = [f"{len(self.environments)} environment(s):"]
         width = max((len(env.name) for env in self.environments), default=0)
-        lines += [f"  {env.name:<{width}}  {_framework_mark(env)}{env.description}" for env in self.environments]
+        for env in self.environments:
+            lines.append(f"  {env.name:<{width}}  {_framework_mark(env)}{_described(env)}")
+            if env.shared:  # the bare name selects none of them: say where each comes from and how to name it
+                lines.append(f"  {'':<{width}}    from {env.source}: select as {env.qualified_name}")
         lines += [f"  ! {e.file}:{e.line or '?'}: {e.message}" for e in self.errors]
         return lines
 
     def _html_body(self) -> str:
-        rows = [[e.name, e.class_name, _framework_mark(e) + e.description, e.file] for e in self.environments]
-        out = html_table(["name", "class", "description", "file"], rows)
+        rows = [[e.selector, e.class_name, _framework_mark(e) + _described(e), e.source] for e in self.environments]
+        out = html_table(["name", "class", "description", "from"], rows)
         if self.errors:
             out += "<p><b>Not scanned:</b></p>" + html_table(
                 ["file", "line", "problem"], [[e.file, e.line or "", e.message] for e in self.errors]
             )
         return out
+
+
+def _entry(env: EnvironmentInfo) -> dict[str, Any]:
+    """One environment as the agent tool lists it; where it comes from and how to name it only where its name is
+    shared, why it cannot run only where it cannot."""
+    entry = {
+        "name": env.name,
+        "class_name": env.class_name,
+        "file_path": env.file,
+        "description": env.description,
+        "config_class": env.config_class,
+    }
+    if env.shared:
+        entry |= {"source": env.source, "select_as": env.qualified_name}
+    if env.unsupported:
+        entry["unsupported"] = env.unsupported
+    return entry
+
+
+def _described(env: EnvironmentInfo) -> str:
+    """Its description, or for one that cannot run here, why not."""
+    return f"cannot run here: {env.unsupported}" if env.unsupported else env.description
 
 
 def _framework_mark(env: EnvironmentInfo) -> str:

@@ -13,9 +13,15 @@ from __future__ import annotations
 import difflib
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
-from hermes_nb.errors import ConfigError, HermesNBError, UnknownEnvironmentError
+from hermes_nb.errors import (
+    AmbiguousEnvironmentError,
+    ConfigError,
+    EnvironmentLoadError,
+    HermesNBError,
+    UnknownEnvironmentError,
+)
 from hermes_nb.frameworks import registry
 from hermes_nb.selection import discovery, editing, listeners, session
 from hermes_nb.selection.current import ensure_started
@@ -59,18 +65,44 @@ def select_environment(name: str) -> SelectionResult:
 
 
 def find_environment(name: str) -> EnvironmentInfo:
-    """The environment called ``name`` on the search path; refused naming the closest names and those there are."""
+    """The environment ``name`` selects on the search path: a listed name, or ``NAME@WHERE`` (the package folder
+    or file it comes from) for a name several environments share. Refused naming the closest names and those
+    there are; a shared bare name, naming each one's qualified name and where it comes from; one that cannot run
+    here, saying why."""
     environments, _ = discovery.scan()
-    for info in environments:
-        if info.name == name:
-            return info
-    names = [e.name for e in environments]
+    bare, _, where = name.partition(discovery.QUALIFIER)
+    called = [e for e in environments if e.name == bare]
+    chosen = [e for e in called if e.comes_from(where)] if where else called
+    if len(chosen) == 1:
+        return _runnable(chosen[0])
+    if chosen:
+        raise AmbiguousEnvironmentError(f"{len(chosen)} environments are called {bare!r}: {_choices(chosen)}")
+    if called:
+        raise UnknownEnvironmentError(f"no environment {bare!r} comes from {where}: {_choices(called)}")
+    _refuse_unknown(name, environments)
+
+
+def _choices(environments: list[EnvironmentInfo]) -> str:
+    """How to select each of ``environments``: its qualified name NAME@WHERE, and where it comes from."""
+    each = "; ".join(f"{e.qualified_name} ({e.source})" for e in environments)
+    form = f"NAME{discovery.QUALIFIER}WHERE"
+    return f"select one by its qualified name, {form} (the folder or file it comes from): {each}"
+
+
+def _runnable(info: EnvironmentInfo) -> EnvironmentInfo:
+    if info.unsupported:
+        raise EnvironmentLoadError(f"environment {info.name!r} ({info.source}) cannot run here: {info.unsupported}")
+    return info
+
+
+def _refuse_unknown(name: str, environments: list[EnvironmentInfo]) -> NoReturn:
+    names = sorted({e.name for e in environments})
     if not names:
         dirs = ", ".join(str(p) for p in home.environment_search_path())
         raise UnknownEnvironmentError(f"unknown environment {name!r}: no environments found in {dirs}")
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
     hint = f"; closest: {', '.join(close)}" if close else ""
-    raise UnknownEnvironmentError(f"unknown environment {name!r}{hint}; available: {', '.join(sorted(names))}")
+    raise UnknownEnvironmentError(f"unknown environment {name!r}{hint}; available: {', '.join(names)}")
 
 
 def _described(info: EnvironmentInfo) -> str:

@@ -127,12 +127,12 @@ def test_an_unchanged_tree_is_not_parsed_again(tmp_path: Path, monkeypatch: pyte
     assert parsed == [str(changed)]
 
 
-def test_duplicate_names_keep_the_first_and_report_the_second(tmp_path: Path) -> None:
+def test_one_name_in_two_folders_lists_both_marked_shared(tmp_path: Path) -> None:
     write_env(tmp_path / "a", "one.py", HEADER + env_class("One", env_name="dup"))
     write_env(tmp_path / "b", "two.py", HEADER + env_class("Two", env_name="dup"))
     environments, errors = discovery.scan([tmp_path / "a", tmp_path / "b"])
-    assert [(e.name, e.class_name) for e in environments] == [("dup", "One")]
-    assert "already used" in errors[0].message
+    assert [(e.name, e.class_name, e.shared) for e in environments] == [("dup", "One", True), ("dup", "Two", True)]
+    assert errors == []
 
 
 def test_missing_directories_and_underscore_files_are_skipped(tmp_path: Path) -> None:

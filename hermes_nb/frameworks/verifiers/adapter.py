@@ -23,12 +23,26 @@ from hermes_nb.system.side_python import SidePython
 
 EPISODE_ENV_SPEC = handoff.EPISODE_ENV_SPEC
 DEFAULT_HARNESS = VerifiersSettings.model_fields["harness"].default
+# What verifiers' environments exported before its Taskset API (the packages of its repository's environments/
+# folder: ``def load_environment(**kwargs) -> vf.Environment``, or ``load_taskset``). verifiers 0.4.0 loads an
+# environment only as the ``vf.Taskset`` subclass its package exports in ``__all__`` (``vf-eval`` refuses such a
+# package too), and the classes those functions build (``vf.SingleTurnEnv``, ``vf.Rubric``) are gone from it.
+LOADER_FUNCTIONS = frozenset({"load_environment", "load_taskset"})
+LOADER_REFUSAL = (
+    "it exports only a load_environment/load_taskset function, and verifiers 0.4.0 loads an environment only as "
+    "the vf.Taskset subclass its package exports in __all__ (vf-eval refuses it too); port it to a vf.Taskset "
+    "(vf-init lays one out)"
+)
 
 
 class VerifiersFramework(SidePythonFramework):
     name: ClassVar[str] = "verifiers"
     recognition: ClassVar[Recognition] = Recognition(
-        base_classes=frozenset({"Taskset"}), packages=("verifiers",), mark="[verifiers] "
+        base_classes=frozenset({"Taskset"}),
+        packages=("verifiers",),
+        mark="[verifiers] ",
+        entry_functions=LOADER_FUNCTIONS,
+        entry_refusal=LOADER_REFUSAL,
     )
     schema_module: ClassVar[str] = "hermes_nb.frameworks.verifiers.schema_child"
     side_python: ClassVar[SidePython] = interpreter.VERIFIERS

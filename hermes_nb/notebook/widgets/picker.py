@@ -62,8 +62,7 @@ class EnvironmentPicker:
         """Scan the environments again (a file written from a cell appears here)."""
         listing = service.list_environments()
         self.environments = listing.environments
-        current = current_state().environment
-        self.selected = current.name if current else None
+        self.selected = _selector_of(self.environments, current_state().environment)
         problems = "".join(f"<br>⚠ {html.escape(f'{e.file}: {e.message}')}" for e in listing.errors)
         self.status.value = problems[4:] if problems else ""
         self._show(self.filter.value)
@@ -92,21 +91,23 @@ class EnvironmentPicker:
         shown = [e for e in self.environments if needle in e.name.lower() or needle in e.description.lower()]
         self._quiet = True
         try:
-            self.list.options = [(_label(e), e.name) for e in shown]
-            names = [e.name for e in shown]
+            # A name two environments share is no choice: each is offered by its qualified name.
+            self.list.options = [(_label(e), e.selector) for e in shown]
+            names = [e.selector for e in shown]
             self.list.value = self.selected if self.selected in names else None
         finally:
             self._quiet = False
         self._describe(self.list.value)
 
     def _describe(self, name: str | None) -> None:
-        info = next((e for e in self.environments if e.name == name), None)
+        info = next((e for e in self.environments if e.selector == name), None)
         if info is None:
             self.details.value = "<i>Choose an environment.</i>"
             return
         self.details.value = (
             f"<b>{html.escape(info.name)}</b> — {html.escape(info.description)}"
-            f"<br><small>{html.escape(info.class_name)} in {html.escape(info.file)}</small>"
+            f"<br><small>{html.escape(info.class_name)} in {html.escape(info.file)}, from {html.escape(info.source)}"
+            "</small>"
         )
 
     def _on_filter(self, change: dict[str, object]) -> None:
@@ -120,6 +121,16 @@ class EnvironmentPicker:
         self.select(name)
 
 
+def _selector_of(environments: list[EnvironmentInfo], current: EnvironmentInfo | None) -> str | None:
+    """What the list calls the selected environment: its qualified name where its name is shared."""
+    if current is None:
+        return None
+    chosen = next((e for e in environments if (e.file, e.class_name) == (current.file, current.class_name)), None)
+    return chosen.selector if chosen is not None else current.name
+
+
 def _label(info: EnvironmentInfo) -> str:
     label = f"{info.name} — {info.description}" if info.description else info.name
+    if info.shared:  # where it comes from first: the description may not tell two of one name apart
+        label = f"{info.name} ({info.source}) — {info.description}"
     return label if len(label) <= LABEL_CHARS else label[: LABEL_CHARS - 1] + "…"
