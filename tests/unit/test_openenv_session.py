@@ -6,13 +6,17 @@ server with ``hermes_nb.frameworks.openenv.server.start_server``; the child prin
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from ci import skip_or_fail
 
+from hermes_nb.protocol.tool_calls import template_data
 from hermes_nb.system.side_python import env_python_environment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +38,16 @@ async def main(file, log):
         server.stop()
     print(json.dumps(seen))
 """
+
+
+def calculator_agent() -> ModuleType:
+    path = ROOT / "environments" / "calculator_agent.py"
+    spec = importlib.util.spec_from_file_location("openenv_session_calculator_agent", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_in_openenv(body: str, file: Path, tmp_path: Path) -> dict:
@@ -69,6 +83,21 @@ async def body(server, seen):
     assert seen["tool"] == "48"
     assert seen["unknown"].startswith("error:")
     assert seen["last"] == [0.0, True]
+
+
+def test_the_calculators_mcp_tool_renders_as_calculator_agents_tool_key_for_key(tmp_path):
+    # The policy reads the tools block as text: the same task must show the same JSON, in the same key order.
+    seen = run_in_openenv(
+        """
+from hermes_nb.protocol.tool_calls import template_data
+async def body(server, seen):
+    async with OpenEnvSession(server.url) as session:
+        seen["tools"] = [json.dumps(template_data(t.as_tool_spec())) for t in await session.list_tools()]
+""",
+        EXAMPLE,
+        tmp_path,
+    )
+    assert seen["tools"] == [json.dumps(template_data(calculator_agent().CALCULATE_TOOL))]
 
 
 def test_sessions_are_separate_environments(tmp_path):
