@@ -46,12 +46,12 @@ from hermes_nb.system.home import run_paths, shipped_environments_dir
 
 AGENT_CONFIG = REPO_ROOT / "configs" / "agent.yaml"
 # configs/agent.yaml's sizes (group 8, batch 64, 16 workers), shortened: STEPS steps, evaluated before the first
-# and after the last on EVAL_ITEMS held-out items. Measured on a two-core machine: calculator_agent lifts from ~25%
-# to ~90% within 10 steps (30 took 41 s on a quiet machine).
+# and after the last on EVAL_ITEMS held-out items. Measured on the two shared cores (load 4-8): calculator_agent
+# 25% -> 91-94% in 42-61 s, calculator_openenv 34% -> 97% in 50-90 s; the whole file 199 s at load 6-8.
 STEPS = 10
 EVAL_ITEMS = 100
 SHORT = {"total_steps": STEPS, "steps_per_eval": STEPS, "eval_items": EVAL_ITEMS, "wandb.mode": "disabled"}
-# The least lift each framework must show after STEPS steps: calculator_agent's is ~+60 points.
+# The least lift each framework must show after STEPS steps: both measured +63 to +69 points.
 MIN_LIFT = 0.30
 # Step-0 accuracies agree when they differ by at most Z standard errors of a difference of two proportions (each
 # over EVAL_ITEMS items, the pooled proportion's variance): two frameworks that score the same policy on the same
