@@ -8,10 +8,7 @@ environments (``side_env_python`` skips these cases where one is absent, and fai
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import math
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,6 +16,7 @@ from typing import Any
 
 import pytest
 from run_helpers import REPO_ROOT, run
+from shipped_modules import shipped_module
 from side_envs import side_env_python
 
 from hermes_nb.api import (
@@ -42,12 +40,12 @@ from hermes_nb.protocol.metrics import (
     EVAL_SECONDS,
 )
 from hermes_nb.runs.run_dirs import known_run_ids
-from hermes_nb.system.home import run_paths, shipped_environments_dir
+from hermes_nb.system.home import run_paths
 
 AGENT_CONFIG = REPO_ROOT / "configs" / "agent.yaml"
 # configs/agent.yaml's sizes (group 8, batch 64, 16 workers), shortened: STEPS steps, evaluated before the first
 # and after the last on EVAL_ITEMS held-out items. Measured on the two shared cores (load 4-8): calculator_agent
-# 25% -> 91-94% in 42-61 s, calculator_openenv 34% -> 97% in 50-90 s; the whole file 199 s at load 6-8.
+# 25% -> 91-96% in 42-61 s, calculator_openenv 34% -> 96-97% in 50-90 s; the whole file 148-199 s at load 5-8.
 STEPS = 10
 EVAL_ITEMS = 100
 SHORT = {"total_steps": STEPS, "steps_per_eval": STEPS, "eval_items": EVAL_ITEMS, "wandb.mode": "disabled"}
@@ -69,18 +67,6 @@ VERIFIERS_FIX = pytest.mark.xfail(
 )
 
 
-@functools.cache
-def calculator_agent() -> Any:
-    """The shipped calculator_agent module (its system prompt is the OpenEnv run's, written once there)."""
-    path = shipped_environments_dir() / "calculator_agent.py"
-    spec = importlib.util.spec_from_file_location("same_task_calculator_agent", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 @dataclass(frozen=True)
 class Framework:
     environment: str
@@ -89,12 +75,14 @@ class Framework:
     edits: Callable[[], dict[str, Any]] = dict
 
 
+def calculator_agents_system_prompt() -> dict[str, Any]:
+    """An OpenEnv server sends no system turn: the trainer gives it (env.system_prompt), calculator_agent's."""
+    return {"system_prompt": shipped_module("calculator_agent").SYSTEM_PROMPT}
+
+
 FRAMEWORKS = {
     "agent_env": Framework("calculator_agent"),
-    # An OpenEnv server sends no system turn: the trainer gives it (env.system_prompt), calculator_agent's.
-    "openenv": Framework(
-        "calculator_openenv", "openenv", OPENENV_PYTHON_VAR, lambda: {"system_prompt": calculator_agent().SYSTEM_PROMPT}
-    ),
+    "openenv": Framework("calculator_openenv", "openenv", OPENENV_PYTHON_VAR, calculator_agents_system_prompt),
     "verifiers": Framework("calculator_verifiers", "verifiers", VERIFIERS_PYTHON_VAR),
 }
 

@@ -6,15 +6,13 @@ server with ``hermes_nb.frameworks.openenv.server.start_server``; the child prin
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from ci import skip_or_fail
+from shipped_modules import shipped_module
 
 from hermes_nb.protocol.tool_calls import template_data
 from hermes_nb.system.side_python import env_python_environment
@@ -38,16 +36,6 @@ async def main(file, log):
         server.stop()
     print(json.dumps(seen))
 """
-
-
-def calculator_agent() -> ModuleType:
-    path = ROOT / "environments" / "calculator_agent.py"
-    spec = importlib.util.spec_from_file_location("openenv_session_calculator_agent", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def run_in_openenv(body: str, file: Path, tmp_path: Path) -> dict:
@@ -97,7 +85,7 @@ async def body(server, seen):
         EXAMPLE,
         tmp_path,
     )
-    assert seen["tools"] == [json.dumps(template_data(calculator_agent().CALCULATE_TOOL))]
+    assert seen["tools"] == [json.dumps(template_data(shipped_module("calculator_agent").CALCULATE_TOOL))]
 
 
 def test_sessions_are_separate_environments(tmp_path):
