@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 from ci import skip_or_fail
+from shipped_modules import shipped_module
 
+from hermes_nb.protocol.tool_calls import template_data
 from hermes_nb.system.side_python import env_python_environment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +71,21 @@ async def body(server, seen):
     assert seen["tool"] == "48"
     assert seen["unknown"].startswith("error:")
     assert seen["last"] == [0.0, True]
+
+
+def test_the_calculators_mcp_tool_renders_as_calculator_agents_tool_key_for_key(tmp_path):
+    # The policy reads the tools block as text: the same task must show the same JSON, in the same key order.
+    seen = run_in_openenv(
+        """
+from hermes_nb.protocol.tool_calls import template_data
+async def body(server, seen):
+    async with OpenEnvSession(server.url) as session:
+        seen["tools"] = [json.dumps(template_data(t.as_tool_spec())) for t in await session.list_tools()]
+""",
+        EXAMPLE,
+        tmp_path,
+    )
+    assert seen["tools"] == [json.dumps(template_data(shipped_module("calculator_agent").CALCULATE_TOOL))]
 
 
 def test_sessions_are_separate_environments(tmp_path):
