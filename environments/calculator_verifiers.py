@@ -45,7 +45,7 @@ class CalculatorToolset(vf.Toolset[vf.ToolsetConfig]):
     def register(self, mcp: MCPServer) -> None:
         super().register(mcp)
         # MCPServer's handlers call its public list_tools (verifiers' own NeMo Gym toolset advertises its tools so).
-        mcp.list_tools = advertised_tools  # type: ignore[method-assign]
+        mcp.list_tools = advertised_tools
 
 
 async def advertised_tools() -> list[Tool]:
