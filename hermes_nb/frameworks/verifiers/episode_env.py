@@ -86,6 +86,13 @@ class VerifiersEnv(BaseEnv):
         self.tasks = _cycle(self.env.taskset)
         self.metrics: dict[str, list[float]] = {}
         self.episode_turns: list[int] = []  # one entry per training episode since the last row
+        # The host's first evaluation runs alongside the first groups (env_host/evaluation.py): a batch of them lets the
+        # trainer step. verifiers' held-out episodes are slow (each its own requests through the interception server,
+        # 130 s for 100 calculator items on a loaded machine), so that evaluation straddled the first steps and
+        # credited them to step 0; the groups wait for it instead, as they wait for every later one.
+        self.first_evaluation_over = asyncio.Event()
+        self.first_evaluation_over.set()  # set until an evaluation starts: `process` never evaluates
+        self.evaluations = 0
 
     async def teardown(self) -> None:
         # Closed here, in setup's task: left to the loop's shutdown, verifiers' serving() fails to close.
@@ -157,6 +164,7 @@ class VerifiersEnv(BaseEnv):
         return list(episodes)
 
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
+        await self.first_evaluation_over.wait()
         episodes = await self.episodes(self.env, item, self.config.group_size, self.config.temperature)
         traces = [episode.traces[-1] for episode in episodes]
         self.episode_turns.extend(trace.num_turns for trace in traces)
@@ -172,6 +180,15 @@ class VerifiersEnv(BaseEnv):
         return group.model_copy(update={"messages": messages_G}), []
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        self.evaluations += 1
+        if self.evaluations == 1:
+            self.first_evaluation_over.clear()  # before any await: the first groups are not yet playing
+        try:
+            return await self._evaluate()
+        finally:
+            self.first_evaluation_over.set()
+
+    async def _evaluate(self) -> dict[str, float]:
         if self.eval_env is None:
             return {}
         tasks = list(_first(self.eval_env.taskset, self.config.eval_items))
