@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -60,6 +61,7 @@ class VerifiersEnv(BaseEnv):
     env: Any = None
     eval_env: Any = None
     stack: contextlib.AsyncExitStack | None = None  # the environments' ``serving()``, held from setup to teardown
+    evaluations = 0  # started so far
 
     async def setup(self) -> None:
         file = os.environ.get(FILE_VAR, "")
@@ -86,13 +88,17 @@ class VerifiersEnv(BaseEnv):
         self.tasks = _cycle(self.env.taskset)
         self.metrics: dict[str, list[float]] = {}
         self.episode_turns: list[int] = []  # one entry per training episode since the last row
-        # The host's first evaluation runs alongside the first groups (env_host/evaluation.py): a batch of them lets the
-        # trainer step. verifiers' held-out episodes are slow (each its own requests through the interception server,
-        # 130 s for 100 calculator items on a loaded machine), so that evaluation straddled the first steps and
-        # credited them to step 0; the groups wait for it instead, as they wait for every later one.
-        self.first_evaluation_over = asyncio.Event()
-        self.first_evaluation_over.set()  # set until an evaluation starts: `process` never evaluates
-        self.evaluations = 0
+
+    @functools.cached_property
+    def first_evaluation_over(self) -> asyncio.Event:
+        """Set except while the first evaluation runs. The host runs that one alongside the first groups
+        (env_host/evaluation.py), and a batch of them lets the trainer step; verifiers' held-out episodes are slow
+        (each its own requests through the interception server: 130 s for 100 calculator items on a loaded
+        machine), so it straddled the first steps and credited them to step 0. The groups wait for it instead,
+        as they wait for every later one (`process` never evaluates: nothing waits there)."""
+        over = asyncio.Event()
+        over.set()
+        return over
 
     async def teardown(self) -> None:
         # Closed here, in setup's task: left to the loop's shutdown, verifiers' serving() fails to close.
