@@ -20,7 +20,7 @@ from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.types import Item, SampledCompletion
 from hermes_nb.env_host import faults
 from hermes_nb.errors import HermesNBError
-from hermes_nb.protocol.trajectory import ScoredDataGroup
+from hermes_nb.protocol.trajectory import ScoredDataGroup, last_exchange
 
 logger = logging.getLogger(__name__)
 
@@ -125,12 +125,16 @@ async def _collect(env: BaseEnv, num_groups: int, handle: Any, recorder: _Record
 
 def _row(index: int, item: Item, group: ScoredDataGroup, recorder: _Recorder) -> dict[str, Any]:
     samples = []
-    for tokens, score, correct in zip(group.tokens, group.scores, group.verdicts(), strict=True):
+    for member, (tokens, score, correct) in enumerate(zip(group.tokens, group.scores, group.verdicts(), strict=True)):
         prompt, completion = recorder.take(tokens)
+        texts = {"prompt": prompt, "completion": completion.text if completion else None}
+        if completion is None and group.messages:
+            # Sampled by the environment's own client (verifiers'): the conversation it sent says what was asked
+            # and answered.
+            texts = last_exchange(group.messages[member])
         samples.append(
             {
-                "prompt": prompt,
-                "completion": completion.text if completion else None,
+                **texts,
                 "finish_reason": completion.finish_reason if completion else None,
                 "score": score,
                 "correct": correct,

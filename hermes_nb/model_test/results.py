@@ -107,6 +107,11 @@ class ModelTestResult(Outcome):
         return self.status == "ok"
 
     @property
+    def unreadable(self) -> bool:
+        """Every completion was a format failure: wrong for want of a readable answer, never for a wrong one."""
+        return self.completions > 0 and self.correct == 0 and self.format_failures >= self.completions
+
+    @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
@@ -154,7 +159,9 @@ class InferenceTestResult(Result):
 
     @property
     def environment_works(self) -> bool:
-        return bool(self.working)
+        """Some model produced a scored group with a readable answer in it: a group whose every completion is a
+        format failure says the environment cannot read what it asks for (prompt, reply length, parser)."""
+        return any(not r.unreadable for r in self.working)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -195,17 +202,30 @@ class InferenceTestResult(Result):
         rows = [[r.model, r.scale or "", r.status, _text_bar(r.accuracy), *_figures(r)] for r in self.results]
         lines += ["  " + line for line in _aligned([list(HEADERS), *rows])]
         lines += _remarks(self.results)
-        works = "works" if self.environment_works else "does NOT work (no model produced a scored group)"
+        verdict = self._verdict()
         lines.append(
-            f"environment {works}; best model: {self.best_model}; average accuracy {self.average_accuracy:.1%}"
+            f"environment {verdict}; best model: {self.best_model}; average accuracy {self.average_accuracy:.1%}"
         )
         lines += [f"note: {note}" for note in self.notes]
         lines.append(f"files: {self.output_dir}")
         return lines
 
+    def _verdict(self) -> str:
+        """Whether the environment works, and if not, why."""
+        if self.environment_works:
+            return "works"
+        if not self.working:
+            return "does NOT work (no model produced a scored group)"
+        failures = sum(r.format_failures for r in self.working)
+        completions = sum(r.completions for r in self.working)
+        return (
+            f"does NOT work: every completion scored 0 without a readable answer ({failures} of {completions} "
+            "format failures: empty, cut off or not in the asked-for form); see the samples, and check the prompt, "
+            "the reply length and the answer parser"
+        )
+
     def _html_body(self) -> str:
-        works = "works" if self.environment_works else "does <b>not</b> work"
-        head = f"<p>Environment {works}; best model: {html.escape(str(self.best_model))}</p>"
+        head = f"<p>Environment {html.escape(self._verdict())}; best model: {html.escape(str(self.best_model))}</p>"
         remarks = "".join(f"<li>{html.escape(line.strip())}</li>" for line in _remarks(self.results))
         notes = "".join(f"<p><i>{html.escape(note)}</i></p>" for note in self.notes)
         return (

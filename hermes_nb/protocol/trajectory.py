@@ -70,6 +70,26 @@ class Message(BaseModel):
         return data
 
 
+def last_exchange(messages_M: list[Message]) -> dict[str, str | None]:
+    """A conversation's last question and answer as text (``prompt``: the last user message before its final
+    assistant message; ``completion``: that message's text, ``None`` where it has none, e.g. a tool call); both
+    ``None`` when the conversation does not end with an assistant message."""
+    if not messages_M or messages_M[-1].role != "assistant":
+        return {"prompt": None, "completion": None}
+    users = [m for m in messages_M[:-1] if m.role == "user"]
+    return {
+        "prompt": message_text(users[-1].content) if users else None,
+        "completion": message_text(messages_M[-1].content),
+    }
+
+
+def message_text(content: str | list[Any] | None) -> str | None:
+    """A message's content as text: OpenAI's content parts joined; ``None`` for none."""
+    if isinstance(content, list):
+        return "".join(str(part.get("text") or "") for part in content if isinstance(part, dict))
+    return content
+
+
 # Optional fields with one entry per group member; ``masks`` and ``scores`` are required and never empty.
 _PER_SEQUENCE_FIELDS = (
     "advantages",

@@ -2,7 +2,8 @@
 ``completed`` on the embedded chat model through verifiers' train client, training exactly the tokens the run's
 inference server sampled, with either harness (``hermes_nb_chat`` plays the episodes in the environment's process,
 verifiers' ``null`` starts a chat program under uv for each); the tool environment ``calculator_verifiers``
-likewise, its ``calculate`` calls in the recorded samples; and tests/fixtures/verifiers/broken_verifiers.py's
+likewise with the default settings, its ``calculate`` calls in the recorded samples, its episodes multi-turn and
+its held-out split evaluated; and tests/fixtures/verifiers/broken_verifiers.py's
 crashing reward ending a run in one message with the environment's log tail. verifiers lives in its own virtual
 environment (.venvs/verifiers, built by ``make test``; ``side_env_python`` skips these tests where it is absent, and
 fails them in CI)."""
@@ -29,6 +30,8 @@ from hermes_nb.api import (
 )
 from hermes_nb.config import embedded_chat_model_dir
 from hermes_nb.frameworks.verifiers.interpreter import VERIFIERS_PYTHON_VAR
+from hermes_nb.metrics.reader import read_all_metrics
+from hermes_nb.protocol.metrics import ENV_TURNS_MEAN, EVAL_PERCENT_CORRECT
 from hermes_nb.runs.run_dirs import known_run_ids
 from hermes_nb.system import home
 
@@ -130,8 +133,8 @@ def test_calculator_verifiers_trains_to_completed_with_its_tool_calls_on_the_tok
     verifiers_python: Path,
 ) -> None:
     run(rl_select_environment("calculator_verifiers"))
-    # A tool call in the Hermes format is ~25 tokens; two calls and the answer fit in four turns.
-    run(rl_edit_config({**SHORT, **KEEP_FLAT_GROUPS, "env.max_tokens": 48, "env.max_turns": 4}))
+    # The episode limits are the defaults (AgentEnv's), and so is the evaluation: the taskset's held-out split.
+    run(rl_edit_config({**SHORT, **KEEP_FLAT_GROUPS}))
 
     start = run(rl_start_training(total_steps=2))
     status = wait_for_status(start.run_id, lambda s: s.is_terminal, RUN_TIMEOUT_S)
@@ -143,6 +146,9 @@ def test_calculator_verifiers_trains_to_completed_with_its_tool_calls_on_the_tok
     assert gap <= LOGPROB_TOLERANCE, f"a kept logprob differs from the model's by {gap}"
     samples = "\n".join(str(run(rl_get_samples(start.run_id, step, n=100))) for step in (1, 2))
     assert "[tool call] calculate" in samples
+    rows = [row.values for row in read_all_metrics(home.run_paths(start.run_id).env_metrics)]
+    assert any(row.get(ENV_TURNS_MEAN, 0) > 1 for row in rows), rows  # multi-turn: a tool call, then more
+    assert any(EVAL_PERCENT_CORRECT in row for row in rows), rows  # the held-out split, evaluated by default
 
 
 def test_a_crashing_reward_ends_the_run_in_one_message_with_the_log_tail(verifiers_python: Path) -> None:

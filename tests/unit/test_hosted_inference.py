@@ -333,6 +333,37 @@ def test_the_json_keeps_the_tools_keys_and_adds_the_new_figures() -> None:
     assert (model["total_tokens"], model["samples"][0]["completion"]) == (400, "46")
 
 
+def test_groups_whose_every_completion_is_a_format_failure_do_not_make_a_working_environment() -> None:
+    unread = SampledAnswer(prompt="Mia has 23 pens...", completion=None, score=0.0, correct=False)
+    chat = ModelTestResult(
+        status="ok", steps=3, completions=24, correct=0, accuracy=0.0, model="embedded-chat", kind="local",
+        location="/m", steps_requested=3, format_failures=24, samples=[unread],
+    )  # fmt: skip
+    result = InferenceTestResult(
+        environment="calculator_verifiers", environment_file="c.py", num_steps=3, group_size=8, output_dir="d",
+        results=[chat],
+    )  # fmt: skip
+
+    assert result.working == [chat] and result.environment_works is False
+    assert result.to_dict()["summary"]["environment_works"] is False
+    text = str(result)
+    assert "environment works" not in text
+    assert "does NOT work: every completion scored 0 without a readable answer (24 of 24 format failures" in text
+    assert "environment works" not in result._repr_html_().lower()
+
+
+def test_one_readable_wrong_answer_is_enough_for_a_working_environment() -> None:
+    wrong = ModelTestResult(
+        status="ok", steps=1, completions=8, correct=0, accuracy=0.0, model="embedded", kind="local",
+        location="/m", steps_requested=1, format_failures=7,
+    )  # fmt: skip
+    result = InferenceTestResult(
+        environment="arithmetic", environment_file="a.py", num_steps=1, group_size=8, output_dir="d", results=[wrong]
+    )
+
+    assert result.environment_works and "environment works" in str(result)
+
+
 def test_a_hosted_model_behind_the_gateway_streams_what_it_answers_whole(provider_key: str) -> None:
     # Agent harnesses ask with ``stream: true``; a plain JSON answer would give the SDK zero chunks and no error.
     import openai

@@ -7,8 +7,10 @@ and by the environment process's preparation of that program."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from hermes_nb.system import home
 from hermes_nb.system.side_python import env_python_environment
 
 EXAMPLE = REPO_ROOT / "environments" / "addition_verifiers.py"
+FIXTURES = REPO_ROOT / "tests" / "fixtures" / "verifiers"
 # A PATH without uv on it (and without the side venv's bin).
 BARE_PATH = "/usr/bin:/bin"
 
@@ -61,6 +64,41 @@ def test_the_schema_child_shows_the_tasksets_fields_as_taskset_fields() -> None:
     assert answer["json_schema"]["properties"]["taskset.split"]["enum"] == ["train", "held_out"]
     assert "taskset.id" not in answer["values"] and answer["values"]["group_size"] == 16
     assert schema_child.MARKER == generic_schema_child.MARKER
+
+
+SPLITS_CHILD = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from calculator_verifiers import CalculatorConfig, CalculatorTaskset
+from hermes_nb.frameworks.verifiers.schema_child import has_held_out_split
+def prompts(split):
+    return [task.data.prompt for task in CalculatorTaskset(CalculatorConfig(split=split, num_tasks=int(sys.argv[2])))]
+print(json.dumps({"train": prompts("train"), "held_out": prompts("held_out"),
+                  "has": [has_held_out_split(name) for name in ("calculator_verifiers", "broken_verifiers")]}))
+"""
+
+
+def test_calculator_verifiers_holds_out_calculator_agents_evaluation_items_and_is_evaluated_on_them() -> None:
+    count = 20
+    env = env_python_environment({"PATH": BARE_PATH, "PYTHONPATH": str(FIXTURES)})
+    done = subprocess.run(
+        [str(side_env_python("verifiers")), "-c", SPLITS_CHILD, str(EXAMPLE.parent), str(count)],
+        capture_output=True, text=True, timeout=120, check=True, env=env,
+    )  # fmt: skip
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    spec = importlib.util.spec_from_file_location(
+        "adapter_test_calculator_agent", EXAMPLE.parent / "calculator_agent.py"
+    )
+    assert spec is not None and spec.loader is not None
+    agent = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # its dataclasses look it up there
+    spec.loader.exec_module(agent)
+    native = agent.CalculatorAgentEnv(agent.CalculatorAgentConfig(eval_items=count))
+
+    # The held-out tasks are calculator_agent's evaluation items in its order, so an evaluation of N items plays
+    # the same problems; the training tasks are its training stream, never a held-out one.
+    assert answer["held_out"] == [item.prompt for item in native.eval_items()]
+    assert answer["train"] == [native.train_item().prompt for _ in range(count)]
+    assert answer["has"] == [True, False]  # broken_verifiers has no split: it is not evaluated
 
 
 def test_a_python_without_verifiers_is_refused_naming_it_and_the_install_command(

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_nb.frameworks.atroposlib.bridge import USAGE_ERROR, class_to_run, one_server_per_declared
-from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup
+from hermes_nb.protocol.trajectory import MASK_IGNORE, ScoredDataGroup, last_exchange
 
 logger = logging.getLogger("hermes_nb.frameworks.atroposlib.model_testing_bridge")
 
@@ -92,8 +92,7 @@ def _texts(env: Any, group: ScoredDataGroup, index: int) -> dict[str, str | None
     tokens read with the environment's tokenizer (the completion: the trained tokens)."""
     messages = group.messages[index] if group.messages else []
     if messages and messages[-1].role == "assistant":
-        users = [m for m in messages[:-1] if m.role == "user"]
-        return {"prompt": _text(users[-1].content) if users else None, "completion": _text(messages[-1].content)}
+        return last_exchange(messages)
     tokens, masks = group.tokens[index], group.masks[index]
     first_trained = next((i for i, mask in enumerate(masks) if mask != MASK_IGNORE), len(tokens))
     trained = [token for token, mask in zip(tokens, masks, strict=True) if mask != MASK_IGNORE]
@@ -102,12 +101,6 @@ def _texts(env: Any, group: ScoredDataGroup, index: int) -> dict[str, str | None
         "prompt": decode(tokens[:first_trained], skip_special_tokens=True),
         "completion": decode(trained, skip_special_tokens=True),
     }
-
-
-def _text(content: Any) -> str | None:
-    if isinstance(content, list):  # OpenAI's content parts
-        return "".join(str(part.get("text") or "") for part in content if isinstance(part, dict))
-    return content if isinstance(content, str) else None
 
 
 def _jsonable(item: Any) -> Any:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -31,10 +33,11 @@ from hermes_nb.env.base import BaseEnv
 from hermes_nb.env.scoring import TrainedSequence
 from hermes_nb.errors import HermesNBError
 from hermes_nb.frameworks.verifiers import chat_program
-from hermes_nb.frameworks.verifiers.handoff import CLIENT_VAR, FILE_VAR, taskset_id
+from hermes_nb.frameworks.verifiers.handoff import CLIENT_VAR, FILE_VAR, HELD_OUT_SPLIT, SPLIT_FIELD, taskset_id
 from hermes_nb.frameworks.verifiers.plugins import PLUGINS_DIR
+from hermes_nb.frameworks.verifiers.schema_child import has_held_out_split
 from hermes_nb.frameworks.verifiers.settings import VerifiersSettings
-from hermes_nb.protocol.metrics import EVAL_PERCENT_CORRECT
+from hermes_nb.protocol.metrics import ENV_TURNS_MEAN, EVAL_FAILED_EPISODES, EVAL_PERCENT_CORRECT
 from hermes_nb.protocol.trajectory import MASK_IGNORE, PROMPT_LOGPROB, Message, ScoredDataGroup
 
 # Where every episode runs: on this machine, never in a remote sandbox.
@@ -42,6 +45,8 @@ RUNTIME = {"type": "subprocess"}
 # A variable no one sets: the client's key when the server needs none (verifiers then sends "EMPTY").
 NO_KEY_VAR = "HERMES_NB_VERIFIERS_NO_KEY"
 METRIC_PREFIX = "verifiers/"
+
+logger = logging.getLogger(__name__)
 
 
 class VerifiersEpisodeError(HermesNBError):
@@ -56,6 +61,7 @@ class VerifiersEnv(BaseEnv):
     env: Any = None
     eval_env: Any = None
     stack: contextlib.AsyncExitStack | None = None  # the environments' ``serving()``, held from setup to teardown
+    evaluations = 0  # started so far
 
     async def setup(self) -> None:
         file = os.environ.get(FILE_VAR, "")
@@ -76,15 +82,43 @@ class VerifiersEnv(BaseEnv):
         # First in, so last out: after every episode the environments' serving() ends.
         stack.push_async_callback(in_process_harness.close_shared_session)
         self.env = await self._served(stack, self.config.taskset_fields())
-        if self.config.eval_taskset is not None:
-            self.eval_env = await self._served(stack, {**self.config.taskset_fields(), **self.config.eval_taskset})
+        eval_fields = self.eval_fields()
+        if eval_fields is not None:
+            self.eval_env = await self._served(stack, eval_fields)
         self.tasks = _cycle(self.env.taskset)
         self.metrics: dict[str, list[float]] = {}
+        self.episode_turns: list[int] = []  # one entry per training episode since the last row
+
+    @functools.cached_property
+    def first_evaluation_over(self) -> asyncio.Event:
+        """Set except while the first evaluation runs. The host runs that one alongside the first groups
+        (env_host/evaluation.py), and a batch of them lets the trainer step; verifiers' held-out episodes are slow
+        (each its own requests through the interception server: 130 s for 100 calculator items on a loaded
+        machine), so it straddled the first steps and credited them to step 0. The groups wait for it instead,
+        as they wait for every later one (`process` never evaluates: nothing waits there)."""
+        over = asyncio.Event()
+        over.set()
+        return over
 
     async def teardown(self) -> None:
         # Closed here, in setup's task: left to the loop's shutdown, verifiers' serving() fails to close.
         if self.stack is not None:
             await self.stack.aclose()
+
+    def eval_fields(self) -> dict[str, Any] | None:
+        """The taskset fields of the held-out evaluation: the settings' ``eval_taskset``, else the held-out split
+        where the taskset's config has one; ``None`` (no evaluation, said once in the log) otherwise."""
+        fields = self.config.taskset_fields()
+        if self.config.eval_taskset is not None:
+            return {**fields, **self.config.eval_taskset}
+        if has_held_out_split(self.taskset_id):
+            return {**fields, SPLIT_FIELD: HELD_OUT_SPLIT}
+        logger.warning(
+            "no held-out evaluation: the taskset %s has no %s field accepting %r and env.eval_taskset is not set "
+            "(the taskset fields of its held-out tasks); evaluations report no accuracy",
+            self.taskset_id, SPLIT_FIELD, HELD_OUT_SPLIT,
+        )  # fmt: skip
+        return None
 
     async def _served(self, stack: contextlib.AsyncExitStack, taskset_fields: dict[str, Any]) -> Any:
         import verifiers.v1 as vf
@@ -136,8 +170,10 @@ class VerifiersEnv(BaseEnv):
         return list(episodes)
 
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
+        await self.first_evaluation_over.wait()
         episodes = await self.episodes(self.env, item, self.config.group_size, self.config.temperature)
         traces = [episode.traces[-1] for episode in episodes]
+        self.episode_turns.extend(trace.num_turns for trace in traces)
         for trace in traces:
             for name, value in trace.metrics.items():
                 if value is not None:
@@ -150,6 +186,15 @@ class VerifiersEnv(BaseEnv):
         return group.model_copy(update={"messages": messages_G}), []
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        self.evaluations += 1
+        if self.evaluations == 1:
+            self.first_evaluation_over.clear()  # before any await: the first groups are not yet playing
+        try:
+            return await self._evaluate()
+        finally:
+            self.first_evaluation_over.set()
+
+    async def _evaluate(self) -> dict[str, float]:
         if self.eval_env is None:
             return {}
         tasks = list(_first(self.eval_env.taskset, self.config.eval_items))
@@ -160,14 +205,17 @@ class VerifiersEnv(BaseEnv):
                 [episode] = await self.episodes(self.eval_env, task, 1, temperature=0.0)
             return self.is_correct(float(episode.traces[-1].reward))
 
-        correct = await asyncio.gather(*(greedy(task) for task in tasks))
-        return {EVAL_PERCENT_CORRECT: sum(correct) / len(correct)} if correct else {}
+        outcomes = await asyncio.gather(*(greedy(task) for task in tasks), return_exceptions=True)
+        return _eval_results(outcomes)
 
     async def wandb_log(self, wandb_metrics: dict[str, float] | None = None) -> dict[str, float]:
         metrics = dict(wandb_metrics or {})
         for name, values in self.metrics.items():
             metrics[f"{METRIC_PREFIX}{name}"] = sum(values) / len(values)
         self.metrics = {}
+        if self.episode_turns:
+            metrics[ENV_TURNS_MEAN] = sum(self.episode_turns) / len(self.episode_turns)
+            self.episode_turns = []
         return metrics
 
 
@@ -244,3 +292,21 @@ def _first(taskset: Any, n: int) -> Iterator[Any]:
         if k >= n:
             return
         yield task
+
+
+def _eval_results(outcomes: list[bool | BaseException]) -> dict[str, float]:
+    """Held-out accuracy over every evaluated task, a failed episode counted as wrong (and counted), as
+    ``AgentEnv`` counts it; raises when every one failed, since nothing was measured."""
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    for error in errors:
+        if not isinstance(error, Exception):
+            raise error  # cancelled: the evaluation is being stopped
+    if not outcomes:
+        return {}
+    if len(errors) == len(outcomes):
+        raise errors[0]
+    if errors:
+        logger.warning("%d of %d evaluation episodes failed (counted as wrong); the first: %s",
+                       len(errors), len(outcomes), errors[0])  # fmt: skip
+    correct = sum(o is True for o in outcomes)
+    return {EVAL_PERCENT_CORRECT: correct / len(outcomes), EVAL_FAILED_EPISODES: float(len(errors))}

@@ -16,6 +16,10 @@ CLIENT_VAR = "HERMES_NB_VERIFIERS_CLIENT"  # "train" (a local model's server: to
 ClientKind = Literal["train", "eval"]
 # The settings key prefix of the taskset's own config fields ("taskset.split" is verifiers' --env.taskset.split).
 TASKSET_PREFIX = "taskset."
+# The held-out split by hermes-nb's convention (verifiers has no split of its own): a taskset whose config field
+# `split` accepts "held_out" is evaluated on those tasks when the settings name no other evaluation (`eval_taskset`).
+SPLIT_FIELD = "split"
+HELD_OUT_SPLIT = "held_out"
 # Where pip installs packages: a module in a package there is run as that package.
 INSTALL_FOLDERS = ("site-packages", "dist-packages")
 

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from hermes_nb.config import EMBEDDED_CHAT_MODEL, EnvironmentNeeds
-from hermes_nb.frameworks.verifiers.handoff import TASKSET_PREFIX, taskset_id
+from hermes_nb.frameworks.verifiers.handoff import HELD_OUT_SPLIT, SPLIT_FIELD, TASKSET_PREFIX, taskset_id
 from hermes_nb.frameworks.verifiers.settings import VerifiersSettings
 
 # hermes_nb.selection.schema_child's marker of the answer line (a floor above this one; a test pins them equal).
@@ -26,12 +26,26 @@ def taskset_schema(file: str) -> tuple[dict[str, Any], dict[str, Any]]:
     sys.path.insert(0, str(folder))
     import verifiers.v1 as vf
 
-    config_cls = type(vf.resolve_env_config({"taskset": {"id": ident}}).taskset)
+    config_cls = taskset_config_class(ident)
     schema = config_cls.model_json_schema()
     values = config_cls(id=ident).model_dump(mode="json")
     own = [name for name in config_cls.model_fields if name not in vf.TasksetConfig.model_fields]
     props = {f"{TASKSET_PREFIX}{name}": schema["properties"][name] for name in own}
     return props, {f"{TASKSET_PREFIX}{name}": values[name] for name in own}
+
+
+def taskset_config_class(ident: str) -> Any:
+    """The config class of the taskset ``ident``, as verifiers resolves it by the id (the taskset importable)."""
+    import verifiers.v1 as vf
+
+    return type(vf.resolve_env_config({"taskset": {"id": ident}}).taskset)
+
+
+def has_held_out_split(ident: str) -> bool:
+    """Whether the taskset ``ident``'s config has a ``split`` field that accepts the held-out split."""
+    schema = taskset_config_class(ident).model_json_schema()
+    field = schema.get("properties", {}).get(SPLIT_FIELD, {})
+    return HELD_OUT_SPLIT in field.get("enum", []) or field.get("const") == HELD_OUT_SPLIT
 
 
 def read(file: str) -> dict[str, object]:

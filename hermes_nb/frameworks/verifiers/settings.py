@@ -4,7 +4,8 @@ hermes-nb's own (``BaseEnvConfig``: group size, workers, sizes) plus how a reply
 evaluation loads; the taskset's own config fields join them as ``taskset.<field>`` (verifiers'
 ``--env.taskset.<field>``), read from the taskset's config class by ``schema_child``. Each episode runs locally:
 verifiers' ``subprocess`` runtime and a chat harness (one turn, and one more per tool call), never a remote
-sandbox, never a push; ``tool_parser`` says how the train client reads the model's tool calls.
+sandbox, never a push; ``tool_parser`` says how the train client reads the model's tool calls. An episode's limits
+default to ``AgentEnv``'s (turns, tokens a turn), so a task written both ways plays the same episodes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from hermes_nb.config import BaseEnvConfig
-from hermes_nb.frameworks.verifiers.handoff import TASKSET_PREFIX
+from hermes_nb.env.agent import AgentEnvConfig
+from hermes_nb.frameworks.verifiers.handoff import HELD_OUT_SPLIT, SPLIT_FIELD, TASKSET_PREFIX
+
+_AGENT_LIMITS = AgentEnvConfig.model_fields
 
 
 class VerifiersSettings(BaseEnvConfig):
@@ -29,11 +33,25 @@ class VerifiersSettings(BaseEnvConfig):
             "null: verifiers' own, a chat program under uv per episode (~1.8 s of CPU each on two cores)."
         ),
     )
-    max_tokens: int = Field(default=16, ge=1, le=4096, description="Longest reply per turn, in tokens.")
-    max_turns: int | None = Field(default=None, ge=1, description="Turns per episode; none: the harness decides.")
+    # A tool call in the Hermes format is ~25 tokens: a smaller cap cuts it, and the turn ends the episode unread.
+    max_tokens: int = Field(
+        default=_AGENT_LIMITS["max_turn_tokens"].default,
+        ge=1,
+        le=4096,
+        description="Longest reply per turn, in tokens.",
+    )
+    max_turns: int | None = Field(
+        default=_AGENT_LIMITS["max_turns"].default,
+        ge=1,
+        description="Turns per episode (tool calls included); none: the harness decides (null: until a reply "
+        "without tool calls).",
+    )
     eval_taskset: dict[str, Any] | None = Field(
         default=None,
-        description="Taskset fields of the held-out evaluation (e.g. {split: held_out}); none: no evaluation.",
+        description=(
+            f"Taskset fields of the held-out evaluation (e.g. {{{SPLIT_FIELD}: {HELD_OUT_SPLIT}}}); none: "
+            f"{{{SPLIT_FIELD}: {HELD_OUT_SPLIT}}} where the taskset's config accepts it, else no evaluation."
+        ),
     )
     tool_parser: str | None = Field(
         default="qwen3",
