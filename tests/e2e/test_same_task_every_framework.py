@@ -60,12 +60,6 @@ RUN_TIMEOUT_S = 150
 POLL_S = 0.5
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(4 * RUN_TIMEOUT_S)]
 
-VERIFIERS_FIX = pytest.mark.xfail(
-    strict=True,
-    reason="verifiers scores every calculator_verifiers episode 0 in one turn and its step-0 evaluation reports no "
-    "eval/percent_correct (issue 38 item 5, the verifiers side: branch verifiers-parity); flip when it lands",
-)
-
 
 @dataclass(frozen=True)
 class Framework:
@@ -193,14 +187,14 @@ def agree_within_sampling_error(a: float, b: float, n: int) -> tuple[bool, float
     return abs(a - b) <= bound, bound
 
 
-@pytest.mark.parametrize("name", ["agent_env", "openenv", pytest.param("verifiers", marks=VERIFIERS_FIX)])
+@pytest.mark.parametrize("name", ["agent_env", "openenv", "verifiers"])
 def test_the_calculator_task_lifts_its_held_out_accuracy_in_a_few_steps(curves: Curves, name: str) -> None:
     curve = curves[name]
 
     assert curve.lift >= MIN_LIFT, f"{FRAMEWORKS[name].environment}: held-out {curve.heldout}"
 
 
-@pytest.mark.parametrize("name", ["openenv", pytest.param("verifiers", marks=VERIFIERS_FIX)])
+@pytest.mark.parametrize("name", ["openenv", "verifiers"])
 def test_its_step_0_held_out_accuracy_agrees_with_the_agent_envs_within_sampling_error(
     curves: Curves, name: str
 ) -> None:
