@@ -60,6 +60,24 @@ RUNGS: dict[str, dict[str, int]] = {
     },
 }
 MiB = 1 << 20
+# The shipped base model's tokenizer: its ids, and how far apart a wide random model's logits of them are put.
+TOKENIZER_IDS = 100
+TOKENIZER_LOGIT_SPREAD = 4.3
+
+
+def sample_the_tokenizers_ids(model: Any) -> None:
+    """Make a random model with a vocabulary wider than the tokenizer sample the tokenizer's ids, as a trained one
+    would: the output rows past them zeroed (logit 0) and the tokenizer's rows scaled so that their logits spread
+    ~4 wide (the 100 of them then outweigh the other 151,836 together, and still differ from each other). Without
+    it a random 151,936-row model almost never samples an id the tokenizer has, every completion scores 0, and no
+    group carries a signal (the run's health check said so: ``no_signal`` at step 0). The rows' count, and so the
+    logits' memory and compute, stay the rung's."""
+    import torch
+
+    head = model.get_output_embeddings().weight
+    with torch.no_grad():
+        head[TOKENIZER_IDS:] = 0.0
+        head[:TOKENIZER_IDS] *= TOKENIZER_LOGIT_SPREAD / float(head[:TOKENIZER_IDS].std() * head.shape[1] ** 0.5)
 
 
 def make_rung(directory: Path, rung: str) -> Path:
@@ -72,13 +90,16 @@ def make_rung(directory: Path, rung: str) -> Path:
     from hermes_nb.system.home import embedded_base_model_dir
     from hermes_nb.testing import TOKENIZER_FILES
 
-    sizes = {"vocab_size": 100, "head_dim": 64, **RUNGS[rung]}
+    sizes = {"vocab_size": TOKENIZER_IDS, "head_dim": 64, **RUNGS[rung]}
     sizes.setdefault("num_key_value_heads", sizes["num_attention_heads"] // 2)  # grouped-query, as Qwen3
     config = Qwen3Config(
         max_position_embeddings=4096, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2, **sizes
     )
     torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(directory)
+    model = AutoModelForCausalLM.from_config(config)
+    if config.vocab_size > TOKENIZER_IDS:
+        sample_the_tokenizers_ids(model)
+    model.save_pretrained(directory)
     source = embedded_base_model_dir()
     for name in TOKENIZER_FILES:
         if (source / name).is_file():
