@@ -13,7 +13,10 @@ The sizes come from the model's ``config.json``; the rest from what the local ba
   cache of one batch of sequences (native) or vLLM's share (``trainer.vllm_gpu_memory_utilization`` of the GPU;
   1 GiB on the CPU, vLLM's default ``VLLM_CPU_KVCACHE_SPACE``).
 
-The trainer's peak is in a step's backward pass after the first (the Adam moments exist from the first step on):
+After a step the trainer hands the sampler its weights: a state dict copied in the compute dtype, and for LoRA first
+a float32 copy of the whole model to merge the adapters into; with the gradients freed, that moment is the LoRA
+trainer's peak on a large model. Otherwise the trainer's peak is in a step's backward pass after the first (the Adam
+moments exist from the first step on):
 weights + gradients + optimizer state, and the larger of two moments: the top of the backward pass (activations
 and logits alive) and its end, where the embedding's gradients arrive. There autograd holds whole ``[V, H]``
 partial gradients beside the parameter's ``.grad``: a tied embedding's two (its lookup's and the output layer's)
@@ -142,12 +145,16 @@ class MemoryEstimate(BaseModel):
     embedding_gradients: int
     sampler_weights: int
     kv_cache: int
+    # What handing the sampler new weights after a step copies in the trainer (the gradients are freed by then).
+    handover: int = 0
 
     @property
     def trainer_peak(self) -> int:
-        """The trainer's own peak: a backward pass after the first step (see the module doc)."""
+        """The trainer's own peak: a backward pass after the first step, or the weights' hand-over after it,
+        whichever is larger (see the module doc)."""
         backward_top = self.activations + self.logits
-        return self.weights + self.gradients + self.optimizer + max(backward_top, self.embedding_gradients)
+        backward = self.weights + self.gradients + self.optimizer + max(backward_top, self.embedding_gradients)
+        return max(backward, self.weights + self.optimizer + self.handover)
 
     @property
     def total(self) -> int:
@@ -231,7 +238,16 @@ def estimate(sizes: ModelSizes, shape: StepShape) -> MemoryEstimate:
         # The sampler's copy, and the state dict published to it after a step.
         sampler_weights=2 * total * compute,
         kv_cache=kv_cache_bytes(sizes, shape, compute),
+        handover=handover_bytes(total, shape.lora_rank, compute),
     )
+
+
+def handover_bytes(parameters: int, lora_rank: int, compute_bytes: int) -> int:
+    """What ``LocalBackend.save_weights_for_sampler`` copies: the state dict in the compute dtype, and for LoRA
+    first a float32 copy of the whole model to merge the adapters into (measured at 500M parameters, the LoRA
+    trainer peaked at this moment: docs/benchmarks.md, the scale ladder)."""
+    merged_copy = parameters * 4 if lora_rank else 0
+    return merged_copy + parameters * compute_bytes
 
 
 def estimate_run(config: RunConfig, device: Device = "cpu", gpu_bytes: int = 0) -> MemoryEstimate:
