@@ -90,13 +90,17 @@ def token_totals(trainer_rows: list[MetricsRow], env_rows: list[MetricsRow], gro
     return int(sampled), int(trained)
 
 
+def newest_with(rows: list[MetricsRow], key: str) -> dict[str, float] | None:
+    """The values of the newest row that has ``key`` (a process's running total): None where none has it."""
+    return next((r.values for r in reversed(rows) if key in r.values), None)
+
+
 def judge_totals(env_rows: list[MetricsRow]) -> tuple[int | None, int | None]:
     """The judge's calls and tokens: running totals of the environment process, so the newest row's; None where
     the environment asked no judge."""
-    rows = [r.values for r in env_rows if keys.JUDGE_CALLS in r.values]
-    if not rows:
+    newest = newest_with(env_rows, keys.JUDGE_CALLS)
+    if newest is None:
         return None, None
-    newest = rows[-1]
     tokens = newest.get(keys.JUDGE_PROMPT_TOKENS, 0.0) + newest.get(keys.JUDGE_COMPLETION_TOKENS, 0.0)
     return int(newest[keys.JUDGE_CALLS]), int(tokens)
 
@@ -104,10 +108,9 @@ def judge_totals(env_rows: list[MetricsRow]) -> tuple[int | None, int | None]:
 def trainer_gpu(trainer_rows: list[MetricsRow], trainer: ProcessCost) -> ProcessCost:
     """The trainer's figures with its GPU-seconds and peak GPU memory, as its newest row that has them says (both
     are running totals of the process); left absent where no row has them (a CPU run)."""
-    rows = [r.values for r in trainer_rows if keys.TRAIN_GPU_SECONDS in r.values]
-    if not rows:
+    newest = newest_with(trainer_rows, keys.TRAIN_GPU_SECONDS)
+    if newest is None:
         return trainer
-    newest = rows[-1]
     peak = newest.get(keys.TRAIN_GPU_PEAK_BYTES)
     return trainer.model_copy(
         update={"gpu_seconds": newest[keys.TRAIN_GPU_SECONDS], "gpu_peak_bytes": None if peak is None else int(peak)}

@@ -44,9 +44,14 @@ def _causal_class(model_type: str) -> str | None:
     return found if isinstance(found, str) else None
 
 
+def architectures(config: dict[str, Any]) -> list[str]:
+    """The model classes a ``config.json`` names (``architectures``); empty where it names none."""
+    return [str(name) for name in config.get("architectures") or []]
+
+
 def model_architectures(model_dir: Path) -> list[str]:
-    """The model classes ``config.json`` names (``architectures``); empty where it names none."""
-    return [str(name) for name in _read_json(model_dir / "config.json").get("architectures") or []]
+    """The model classes ``model_dir``'s ``config.json`` names."""
+    return architectures(_read_json(model_dir / "config.json"))
 
 
 def architecture_problem(config: dict[str, Any]) -> str | None:
@@ -57,7 +62,7 @@ def architecture_problem(config: dict[str, Any]) -> str | None:
     causal = _causal_class(model_type)
     if causal is None:
         return f"AutoModelForCausalLM has no class for model_type {model_type!r} (no text-generating head)"
-    listed = [str(name) for name in config.get("architectures") or []]
+    listed = architectures(config)
     if listed and causal not in listed and not any(name.endswith(CAUSAL_HEADS) for name in listed):
         return f"{', '.join(listed)} is not a causal LM (encoder-only or another head); only decoder-only LMs train"
     return None
