@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 
 
 def _warm_up() -> None:
-    """An environment was selected: the first run will be soon, so its warm kit starts now (a thread of its own)."""
+    """An environment was selected: the first run will be soon, so its warm kits start now (a thread of its own)."""
     from hermes_nb.runs.supervision import warm_start
 
     warm_start.prepare_first()

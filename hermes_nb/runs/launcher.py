@@ -56,6 +56,8 @@ def validate_for_start(config: RunConfig) -> None:
         )
     if not Path(config.environment.file).is_file():
         raise ConfigError(f"environment file {config.environment.file} no longer exists; select an environment again")
+    if warm_start.enabled():
+        warm_start.kits_held()  # a HERMES_NB_WARM_KITS it cannot hold: refused before the run is made
     if config.trainer.backend == "local":
         check_base_model(model_dir_for(config.trainer.base_model), config.trainer.base_model)
         check_device(config.trainer.device)  # a CUDA device this machine lacks (imports torch only for cuda)

@@ -1,6 +1,6 @@
 """Who is told that an environment was selected: a session that selects is about to train.
 
-The runs part, floors above selection, starts its warm kit then (``runs.supervision.warm_start.prepare_first``);
+The runs part, floors above selection, starts its warm kits then (``runs.supervision.warm_start.prepare_first``);
 ``hermes_nb/__init__.py`` registers it, so that every process that imports the package has it, whichever face
 (a cell, a magic, a widget) selects. This module imports nothing, as ``import hermes_nb`` must stay fast.
 """

@@ -1,13 +1,16 @@
-"""Warm starts on real processes: a selection makes a kit and the kernel's first run starts in it; a start that finds
-the kit still importing waits for it and is warm (the first right after a selection, one right after a stop); the
-next run from one kernel starts in the processes its warm kit made ahead, completes as a cold run does, and leaves
-nothing behind; a kill -9 of its trainer fails it naming the trainer (and
+"""Warm starts on real processes. A kernel holding two kits (the default): its selection makes them one after the
+other, its first run starts in the first and trains beside no kit's imports, the run's end makes the next, and a
+start right after a stop takes the spare. A kernel holding one: a selection makes a kit and the kernel's first run
+starts in it; a start that finds the kit still importing waits for it and is warm (the first right after a
+selection, one right after a stop); the next run from one kernel starts in the processes its warm kit made ahead,
+completes as a cold run does, and leaves nothing behind; a kill -9 of its trainer fails it naming the trainer (and
 its supervisor is found without run.json); a kernel whose environment changed starts cold and ends the stale kit;
 a kit ends with its kernel and after its idle timeout. (The rest of the suite starts every run cold:
 tests/conftest.py.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -41,11 +44,17 @@ READY_TIMEOUT_S = 120.0
 GONE_WITHIN_S = 20.0
 SHORT = {"total_steps": 2}
 RUN_PROCESSES = ("supervisor", "api", "trainer", "env")
+# From the call to the first trainer step: 3x the targets measured on a quiet machine (1.5 s for a kernel's first run,
+# 2 s for a start right after a stop; bench/startup.py), for a loaded one. A cold start takes 4-10 s.
+FIRST_RUN_FIRST_STEP_S = 4.5
+BACK_TO_BACK_FIRST_STEP_S = 6.0
 
 
 @pytest.fixture(autouse=True)
 def warm_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Warm starts on, with one kit held: the two-kit tests say so."""
     monkeypatch.setenv(warm_start.WARM_START_VAR, "1")
+    monkeypatch.setenv(warm_start.KITS_VAR, "1")
     yield
     warm_start.discard()
 
@@ -90,6 +99,12 @@ def run_process_pids(run_id: str) -> set[int]:
     return {records[name].pid for name in RUN_PROCESSES}
 
 
+def seconds_to_first_step(run_id: str, called: float) -> float:
+    """From ``called`` (``time.time()`` before the start) to the run's first metrics row."""
+    first_row = home.run_paths(run_id).metrics.read_text(encoding="utf-8").splitlines()[0]
+    return float(json.loads(first_row)["time"]) - called
+
+
 def supervisor_log(run_id: str) -> str:
     return home.run_paths(run_id).logs["supervisor"].read_text(encoding="utf-8")
 
@@ -100,6 +115,54 @@ def select_in_a_fresh_home(monkeypatch: pytest.MonkeyPatch, home_dir: Path) -> N
     monkeypatch.setenv("HERMES_NB_HOME", str(home_dir))
     run(rl_select_environment("arithmetic"))
     run(rl_load_config(QUICK_TEST_CONFIG))
+
+
+def two_kits_after_a_selection(monkeypatch: pytest.MonkeyPatch, home_dir: Path) -> tuple[list[int], list[int]]:
+    """A selection in a fresh home of a kernel holding two kits: the first kit's pids and the spare's, the spare
+    started once the first had imported."""
+    monkeypatch.setenv(warm_start.KITS_VAR, "2")
+    select_in_a_fresh_home(monkeypatch, home_dir)
+    first, spare = wait_for_kit_started(0), wait_for_kit_started(1)
+    lines = kit_log_lines()
+    first_ready = next(i for i, line in enumerate(lines) if line.startswith(READY_LINE) and str(first[0]) in line)
+    spare_started = next(i for i, line in enumerate(lines) if line.startswith(STARTED_LINE) and str(spare[0]) in line)
+    assert first_ready < spare_started, lines
+    return first, spare
+
+
+def test_with_two_kits_the_first_run_trains_beside_no_kits_imports_and_its_end_makes_the_next(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    first, spare = two_kits_after_a_selection(monkeypatch, tmp_path)
+
+    called = time.time()
+    start = run(rl_start_training(total_steps=20))
+    while not (status := run(rl_check_status(start.run_id))).is_terminal:
+        assert len(kits_started()) == 2, "a kit was made while the run trained"
+        time.sleep(0.1)
+
+    assert status.status == "completed", status.error
+    assert run_process_pids(start.run_id) == set(first)
+    assert seconds_to_first_step(start.run_id, called) <= FIRST_RUN_FIRST_STEP_S
+    replacement = wait_for_kit_started(2)
+    assert not set(replacement) & set(first + spare)
+
+
+def test_with_two_kits_a_start_right_after_a_stop_takes_the_spare(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    first, spare = two_kits_after_a_selection(monkeypatch, tmp_path)
+    start = run(rl_start_training(total_steps=500))
+    wait_for_status(start.run_id, lambda s: s.step >= 1 or s.is_terminal, RUN_TIMEOUT_S)
+    run(rl_stop_training(start.run_id))
+
+    called = time.time()
+    second = completed_run()  # at once
+
+    assert run_process_pids(start.run_id) == set(first)
+    assert run_process_pids(second) == set(spare), kit_log_lines()[-10:]
+    assert supervisor_log(second).count("warm process became") == 3
+    assert seconds_to_first_step(second, called) <= BACK_TO_BACK_FIRST_STEP_S
 
 
 def test_a_selection_makes_a_kit_and_the_first_run_starts_in_it(

@@ -76,4 +76,4 @@ def test_with_warm_starts_off_a_selection_makes_no_kit() -> None:
 
     assert not warm_start.enabled()  # the suite's setting (tests/conftest.py)
     service.select_environment("arithmetic")
-    assert warm_start._pending is None and warm_start._kit is None
+    assert warm_start._maker is None and warm_start._kits == []

@@ -3,15 +3,14 @@ processes already started and their imports done (``hermes_nb.system.warm_proces
 
     python -m hermes_nb.runs.supervision.warm_kit --detach FD READY_FD LOG
 
-The kernel makes one when an environment is selected and after each run it starts has trained its first step
-(``runs.supervision.warm_start``): it imports
-the supervisor and starts a warm API, trainer and environment process, writes a byte to
+The kernel makes kits when an environment is selected and around each run it starts (``runs.supervision.warm_start``
+says when): a kit imports the supervisor and starts a warm API, trainer and environment process, writes a byte to
 ``READY_FD`` once all three have imported (the kernel's ``warm_start.wait_until_ready``), and blocks on ``FD``, the
 read end of a pipe the kernel holds. A line there is the hand-over (the next run's id, the kernel's environment and
 working directory at that moment): the kit becomes that run's supervisor (``runs.supervision.supervisor``) and its warm
 processes become the run's, each told its command line (until then their output, and the kit's, goes to ``LOG``).
 The end of the pipe (the kernel ended or closed it) or ``IDLE_TIMEOUT_S`` without a hand-over ends the kit and its
-warm processes. While it waits it uses no CPU. Its processes import at the lowest priority, beside the run that
+warm processes. While it waits it uses no CPU. Its processes import at the lowest priority, beside any run that
 is training. A hand-over that comes while one of them still imports is waited for, at the default priority again:
 what it has imported is a head start on what a cold process would import, so it is never later (a stop followed at
 once by a start finds its kit importing). Only one that has not imported within ``HAND_OVER_IMPORT_WAIT_S`` starts
