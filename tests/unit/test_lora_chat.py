@@ -144,6 +144,26 @@ def test_the_sampler_gets_the_merged_weights_of_the_adapted_model(model_dir: Pat
     assert result.token_ids[0] == int(_logits(backend.model, [1, 40, 41])[-1].argmax())
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_weights_handed_to_the_sampler_are_those_of_the_merged_model(model_dir: Path, dtype: str) -> None:
+    backend = LocalBackend(model_dir, lora_rank=RANK, device="cpu", dtype=dtype)
+    for _ in range(2):  # trained adapters: a merge that dropped them would hand over the base
+        _step(backend, _on_policy(backend, _group()))
+
+    handed = backend.save_weights_for_sampler("step_2").policy
+
+    merged = backend.sampler_model().state_dict()  # peft's merge_and_unload of a float32 copy, in the compute dtype
+    assert handed.keys() == merged.keys()
+    for key, tensor in merged.items():
+        assert handed[key].dtype == tensor.dtype, key
+        assert torch.equal(handed[key], tensor), key
+    base = backend.model.get_base_model().state_dict()
+    adapted = {key.replace(".base_layer.", "."): base[key] for key in base if key.endswith(".base_layer.weight")}
+    assert adapted and any(
+        not torch.equal(handed[key], weight.to(handed[key].dtype)) for key, weight in adapted.items()
+    )
+
+
 def test_a_bfloat16_lora_keeps_its_frozen_base_in_bfloat16_and_trains_float32_adapters(
     model_dir: Path, tmp_path: Path
 ) -> None:

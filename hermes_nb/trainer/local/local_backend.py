@@ -443,12 +443,39 @@ class LocalBackend:
         again), for ``InferenceEngine.publish_weights``. A copy of the tensors costs well under a millisecond
         here; a deep copy of the module cost ~10 ms per step."""
         self._version += 1
-        # Merging the adapters needs a copy of the model anyway; a full fine-tune's tensors are copied below.
-        model = self._plain_model() if self.lora_rank > 0 else self.model
+        model = self.model.get_base_model() if self.lora_rank > 0 else self.model
+        merged = self._merged_adapted_weights() if self.lora_rank > 0 else {}
         parameters = {key for key, _ in model.named_parameters(remove_duplicate=False)}
-        weights = {
-            # Parameters in the compute dtype, as the sampler's model holds them; buffers keep their own.
-            key: tensor.detach().to(dtype=self.hardware.dtype if key in parameters else tensor.dtype, copy=True)
-            for key, tensor in model.state_dict().items()
-        }
+        # By the storage copied: tied weights (the input and output embeddings) are handed over as one copy.
+        copies = merged
+        weights = {}
+        for key, tensor in model.state_dict().items():
+            if any(part.startswith("lora_") for part in key.split(".")):
+                continue  # the adapters: merged into their layers' weights
+            plain_key = key.replace(".base_layer.", ".")  # an adapted layer's own weights, as a plain model names them
+            if tensor.data_ptr() not in copies:
+                # Parameters in the compute dtype, as the sampler's model holds them; buffers keep their own.
+                dtype = self.hardware.dtype if key in parameters else tensor.dtype
+                copies[tensor.data_ptr()] = tensor.detach().to(dtype, copy=True)
+            weights[plain_key] = copies[tensor.data_ptr()]
         return SamplerHandle(name=name, version=self._version, policy=weights)
+
+    def _merged_adapted_weights(self) -> dict[int, torch.Tensor]:
+        """Each adapted layer's weight with its adapters' update added in float32 (merged into a bfloat16 base, the
+        updates would mostly round away), then in the compute dtype, by the storage of the base weight it replaces
+        (a weight tied to it is replaced too, as ``merge_and_unload`` would). One layer at a time, with no copy of
+        the model: a deep copy to merge into cost a 500M model two copies of itself a step (docs/benchmarks.md,
+        scale ladder)."""
+        from peft.tuners.lora import LoraLayer
+
+        merged: dict[int, torch.Tensor] = {}
+        layers: list[Any] = [module for module in self.model.modules() if isinstance(module, LoraLayer)]
+        with torch.no_grad():
+            for layer in layers:
+                base = layer.get_base_layer().weight
+                weight = base.float()  # a new tensor when the base is not float32: added to in place below
+                weight = weight.clone() if weight is base else weight
+                for adapter in layer.active_adapters:
+                    weight += layer.get_delta_weight(adapter).float()
+                merged[base.data_ptr()] = weight.to(self.hardware.dtype)  # as the sampler holds its parameters
+        return merged

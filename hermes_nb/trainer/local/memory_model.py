@@ -238,16 +238,15 @@ def estimate(sizes: ModelSizes, shape: StepShape) -> MemoryEstimate:
         # The sampler's copy, and the state dict published to it after a step.
         sampler_weights=2 * total * compute,
         kv_cache=kv_cache_bytes(sizes, shape, compute),
-        handover=handover_bytes(total, shape.lora_rank, compute),
+        handover=handover_bytes(total, compute),
     )
 
 
-def handover_bytes(parameters: int, lora_rank: int, compute_bytes: int) -> int:
-    """What ``LocalBackend.save_weights_for_sampler`` copies: the state dict in the compute dtype, and for LoRA
-    first a float32 copy of the whole model to merge the adapters into (measured at 500M parameters, the LoRA
-    trainer peaked at this moment: docs/benchmarks.md, the scale ladder)."""
-    merged_copy = parameters * 4 if lora_rank else 0
-    return merged_copy + parameters * compute_bytes
+def handover_bytes(parameters: int, compute_bytes: int) -> int:
+    """What ``LocalBackend.save_weights_for_sampler`` copies, a LoRA run as a full fine-tune: the state dict in the
+    compute dtype, a LoRA run's adapted layers merged into it one at a time (the float32 copy of the whole model it
+    once merged into made the 500M LoRA trainer peak at this moment: docs/benchmarks.md, the scale ladder)."""
+    return parameters * compute_bytes
 
 
 def estimate_run(config: RunConfig, device: Device = "cpu", gpu_bytes: int = 0) -> MemoryEstimate:
