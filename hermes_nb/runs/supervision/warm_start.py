@@ -199,10 +199,9 @@ def prepare_first() -> None:
     except ConfigError as exc:
         log.warning("no warm kit: %s", exc)  # a start refuses the value, naming the variable
         return
-    key = KitKey.now()
     with _lock:
-        stale = any(kit.key != key for kit in _kits)
-    if stale:
+        keys = {kit.key for kit in _kits}
+    if keys and keys != {KitKey.now()}:  # the install stamp reads every module file: only where there are kits
         _discard_kits()
     _start_maker(_Plan(held=held, log_path=_kit_log()))
 

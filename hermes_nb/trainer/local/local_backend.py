@@ -444,10 +444,10 @@ class LocalBackend:
         here; a deep copy of the module cost ~10 ms per step."""
         self._version += 1
         model = self.model.get_base_model() if self.lora_rank > 0 else self.model
-        merged = self._merged_adapted_weights() if self.lora_rank > 0 else {}
         parameters = {key for key, _ in model.named_parameters(remove_duplicate=False)}
-        # By the storage copied: tied weights (the input and output embeddings) are handed over as one copy.
-        copies = merged
+        # By the storage copied (an adapted layer's merged weight first): tied weights, the input and output
+        # embeddings, are handed over as one copy.
+        copies = self._merged_adapted_weights() if self.lora_rank > 0 else {}
         weights = {}
         for key, tensor in model.state_dict().items():
             if any(part.startswith("lora_") for part in key.split(".")):
@@ -464,8 +464,8 @@ class LocalBackend:
         """Each adapted layer's weight with its adapters' update added in float32 (merged into a bfloat16 base, the
         updates would mostly round away), then in the compute dtype, by the storage of the base weight it replaces
         (a weight tied to it is replaced too, as ``merge_and_unload`` would). One layer at a time, with no copy of
-        the model: a deep copy to merge into cost a 500M model two copies of itself a step (docs/benchmarks.md,
-        scale ladder)."""
+        the model to merge into: at 500M such a copy more than doubled the hand-over's time and memory
+        (``bench/lora_handover.py``)."""
         from peft.tuners.lora import LoraLayer
 
         merged: dict[int, torch.Tensor] = {}

@@ -13,10 +13,9 @@ The sizes come from the model's ``config.json``; the rest from what the local ba
   cache of one batch of sequences (native) or vLLM's share (``trainer.vllm_gpu_memory_utilization`` of the GPU;
   1 GiB on the CPU, vLLM's default ``VLLM_CPU_KVCACHE_SPACE``).
 
-After a step the trainer hands the sampler its weights: a state dict copied in the compute dtype, and for LoRA first
-a float32 copy of the whole model to merge the adapters into; with the gradients freed, that moment is the LoRA
-trainer's peak on a large model. Otherwise the trainer's peak is in a step's backward pass after the first (the Adam
-moments exist from the first step on):
+After a step the trainer hands the sampler its weights: one copy of the state dict in the compute dtype (a LoRA
+run's adapted layers merged into it one at a time), with the gradients freed. Otherwise the trainer's peak is in a
+step's backward pass after the first (the Adam moments exist from the first step on):
 weights + gradients + optimizer state, and the larger of two moments: the top of the backward pass (activations
 and logits alive) and its end, where the embedding's gradients arrive. There autograd holds whole ``[V, H]``
 partial gradients beside the parameter's ``.grad``: a tied embedding's two (its lookup's and the output layer's)
@@ -244,8 +243,7 @@ def estimate(sizes: ModelSizes, shape: StepShape) -> MemoryEstimate:
 
 def handover_bytes(parameters: int, compute_bytes: int) -> int:
     """What ``LocalBackend.save_weights_for_sampler`` copies, a LoRA run as a full fine-tune: the state dict in the
-    compute dtype, a LoRA run's adapted layers merged into it one at a time (the float32 copy of the whole model it
-    once merged into made the 500M LoRA trainer peak at this moment: docs/benchmarks.md, the scale ladder)."""
+    compute dtype, a LoRA run's adapted layers merged into it one at a time."""
     return parameters * compute_bytes
 
 
